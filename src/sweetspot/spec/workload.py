@@ -1,0 +1,285 @@
+"""Traffic descriptions: length distributions, shared prefixes, arrivals and priority classes.
+
+A ``WorkloadSpec`` is frozen data; its classes are pydantic dataclasses because they are what
+users write (YAML or JSON files, presets), so a malformed file fails with the field's name
+(``load_workload``). Every draw takes an explicit seed, so the same spec and
+seed give the same lengths in any process.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass as plain_dataclass
+from dataclasses import field
+from functools import cache
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+import yaml
+from pydantic import Field, TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass
+
+from sweetspot._errors import SweetspotError
+
+__all__ = [
+    "PRESETS",
+    "ArrivalSpec",
+    "LengthStats",
+    "PrefixSpec",
+    "PriorityClass",
+    "WorkloadSpec",
+    "WorkloadStats",
+    "load_workload",
+    "preset",
+    "workload_stats",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Fixed:
+    kind: Literal["fixed"]
+    value: int = Field(ge=1)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.full(n, self.value, dtype=np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class Uniform:
+    kind: Literal["uniform"]
+    low: int = Field(ge=1)
+    high: int = Field(ge=1)  # inclusive
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.high < self.low:
+            raise SweetspotError(f"uniform length: high ({self.high}) < low ({self.low})")
+        return rng.integers(self.low, self.high + 1, size=n)
+
+
+@dataclass(frozen=True, slots=True)
+class Normal:
+    kind: Literal["normal"]
+    mean: float = Field(gt=0)
+    std: float = Field(ge=0)
+    min: int = Field(default=1, ge=1)
+    max: int | None = None
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return _clip(rng.normal(self.mean, self.std, size=n), self.min, self.max)
+
+
+@dataclass(frozen=True, slots=True)
+class LogNormal:
+    kind: Literal["lognormal"]
+    median: float = Field(gt=0)
+    sigma: float = Field(ge=0)  # of the underlying normal
+    min: int = Field(default=1, ge=1)
+    max: int | None = None
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return _clip(rng.lognormal(np.log(self.median), self.sigma, size=n), self.min, self.max)
+
+
+@dataclass(frozen=True, slots=True)
+class Empirical:
+    """Lengths drawn with replacement from observed values (e.g. a trace)."""
+
+    kind: Literal["empirical"]
+    values: tuple[int, ...] = Field(min_length=1)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.choice(np.asarray(self.values, dtype=np.int64), size=n)
+
+
+def _clip(x: np.ndarray, low: int, high: int | None) -> np.ndarray:
+    return np.clip(np.rint(x), low, high if high is not None else None).astype(np.int64)
+
+
+Length = Annotated[Fixed | Uniform | Normal | LogNormal | Empirical, Field(discriminator="kind")]
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixSpec:
+    """Shared prompt prefixes: a fixed system prompt (1 prefix, share 1), a few variants
+    ("slightly varying prefix"), or none (share 0)."""
+
+    length: int = Field(default=0, ge=0)  # tokens of each shared prefix
+    num_prefixes: int = Field(default=1, ge=1)  # distinct prefixes
+    share: float = Field(default=0.0, ge=0, le=1)  # fraction of requests that carry one
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalSpec:
+    """When requests are sent. ``inf`` sends all at once; ``closed`` keeps ``concurrency``
+    requests in flight; gamma gaps have shape ``burstiness`` (1 = Poisson)."""
+
+    process: Literal["poisson", "gamma", "constant", "inf", "closed", "trace"] = "poisson"
+    rate: float | None = Field(default=None, gt=0)  # requests per second
+    burstiness: float = Field(default=1.0, gt=0)
+    concurrency: int | None = Field(default=None, ge=1)
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    name: str
+    priority: int  # vLLM's request priority: lower is served first
+    share: float = Field(gt=0, le=1)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    name: str
+    prompt: Length  # tokens after the shared prefix
+    output: Length
+    prefix: PrefixSpec = field(default_factory=PrefixSpec)
+    arrival: ArrivalSpec = field(default_factory=ArrivalSpec)
+    priorities: tuple[PriorityClass, ...] = ()
+    num_requests: int = Field(default=1000, ge=1)
+    seed: int = 0
+    description: str = ""
+
+    def sample_lengths(self, n: int | None = None, seed: int | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(prompt tokens incl. prefix, output tokens, carries-a-prefix) for n requests."""
+        n = self.num_requests if n is None else n
+        rng = np.random.default_rng(self.seed if seed is None else seed)
+        unique = self.prompt.sample(rng, n)
+        output = self.output.sample(rng, n)
+        has_prefix = rng.random(n) < self.prefix.share if self.prefix.length else np.zeros(
+            n, dtype=bool)
+        return unique + has_prefix * self.prefix.length, output, has_prefix
+
+
+_ADAPTER = TypeAdapter(WorkloadSpec)
+
+
+def _lognormal(median: float, sigma: float, low: int, high: int) -> dict:
+    return {"kind": "lognormal", "median": median, "sigma": sigma, "min": low, "max": high}
+
+
+_PRESET_DATA = {
+    "chat": {
+        "description": "chat assistant: one fixed 512-token system prompt, short turns",
+        "prompt": _lognormal(150, 0.8, 8, 4096),
+        "output": _lognormal(200, 0.7, 16, 2048),
+        "prefix": {"length": 512, "num_prefixes": 1, "share": 1.0},
+        "arrival": {"process": "poisson", "rate": 10},
+    },
+    "short": {
+        "description": "many short requests: prompts under 512 tokens",
+        "prompt": {"kind": "uniform", "low": 32, "high": 480},
+        "output": {"kind": "uniform", "low": 32, "high": 256},
+        "arrival": {"process": "poisson", "rate": 20},
+    },
+    "long": {
+        "description": "few long requests: prompts over 2K tokens",
+        "prompt": _lognormal(4000, 0.4, 2048, 16000),
+        "output": _lognormal(300, 0.6, 16, 1500),
+        "arrival": {"process": "poisson", "rate": 2},
+    },
+    "rag": {
+        "description": "retrieval-augmented: long retrieved context, short answers",
+        "prompt": _lognormal(3000, 0.35, 1024, 8000),
+        "output": _lognormal(150, 0.5, 16, 512),
+        "prefix": {"length": 256, "num_prefixes": 1, "share": 1.0},
+        "arrival": {"process": "poisson", "rate": 4},
+    },
+    "mixed-priority": {
+        "description": "chat traffic with an interactive class ahead of a batch class",
+        "prompt": _lognormal(200, 0.9, 8, 4096),
+        "output": _lognormal(200, 0.7, 16, 2048),
+        "prefix": {"length": 256, "num_prefixes": 4, "share": 0.8},
+        "arrival": {"process": "poisson", "rate": 10},
+        "priorities": [
+            {"name": "interactive", "priority": 0, "share": 0.3},
+            {"name": "batch", "priority": 10, "share": 0.7},
+        ],
+    },
+}
+
+
+def _validate(data: dict, origin: str) -> WorkloadSpec:
+    try:
+        spec = _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "top level"
+        raise SweetspotError(
+            f"malformed workload {origin}: {where}: {first['msg']}"
+            + (f" ({exc.error_count() - 1} more)" if exc.error_count() > 1 else "")
+        ) from None
+    if spec.priorities and abs(sum(p.share for p in spec.priorities) - 1) > 1e-6:
+        raise SweetspotError(f"malformed workload {origin}: priority shares must add up to 1")
+    spec.sample_lengths(1)  # raises on inconsistent distributions (high < low)
+    return spec
+
+
+PRESETS = tuple(_PRESET_DATA)
+
+
+@cache
+def preset(name: str) -> WorkloadSpec:
+    return _validate({"name": name, **_PRESET_DATA[name]}, f"preset {name}")
+
+
+def load_workload(ref: str) -> WorkloadSpec:
+    """A preset name, or a YAML/JSON file describing a WorkloadSpec."""
+    if ref in PRESETS:
+        return preset(ref)
+    path = Path(ref)
+    if not path.is_file():
+        raise SweetspotError(
+            f"unknown workload {ref!r}: not a file and not a preset ({', '.join(PRESETS)})"
+        )
+    try:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SweetspotError(f"cannot read workload file {ref}: {first_line}") from None
+    if not isinstance(data, dict):
+        raise SweetspotError(f"malformed workload file {ref}: expected a mapping at top level")
+    data.setdefault("name", path.stem)
+    return _validate(data, f"file {ref}")
+
+
+@plain_dataclass(frozen=True, slots=True)
+class LengthStats:
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    max: int
+
+
+@plain_dataclass(frozen=True, slots=True)
+class WorkloadStats:
+    num_requests: int
+    prompt: LengthStats  # prefix included
+    output: LengthStats
+    total: LengthStats  # prompt + output of one request
+    prefix_share: float  # fraction of requests carrying a shared prefix
+    prefix_tokens_share: float  # fraction of all prompt tokens that are shared prefix
+    arrival_rate: float | None  # requests per second, None for inf / closed loop
+
+
+def _length_stats(x: np.ndarray) -> LengthStats:
+    p50, p90, p99 = np.percentile(x, [50, 90, 99])
+    return LengthStats(float(x.mean()), float(p50), float(p90), float(p99), int(x.max()))
+
+
+def workload_stats(spec: WorkloadSpec, n: int = 10_000) -> WorkloadStats:
+    """Statistics of ``n`` seeded draws from ``spec``."""
+    prompt, output, has_prefix = spec.sample_lengths(n)
+    rate = spec.arrival.rate if spec.arrival.process not in ("inf", "closed") else None
+    prefix_tokens = float((has_prefix * spec.prefix.length).sum())
+    return WorkloadStats(
+        num_requests=n,
+        prompt=_length_stats(prompt),
+        output=_length_stats(output),
+        total=_length_stats(prompt + output),
+        prefix_share=float(has_prefix.mean()),
+        prefix_tokens_share=prefix_tokens / float(prompt.sum()),
+        arrival_rate=rate,
+    )

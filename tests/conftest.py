@@ -1,0 +1,38 @@
+"""Shared fixtures: tiny model folders and a helper that runs the CLI as a user would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def qwen_folder(tmp_path: Path) -> Path:
+    """A local model folder with a Qwen2 config.json shaped like Qwen2.5-7B."""
+    folder = tmp_path / "my-qwen"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen2ForCausalLM"],
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_attention_heads": 28,
+        "num_hidden_layers": 28,
+        "num_key_value_heads": 4,
+        "vocab_size": 152064,
+        "max_position_embeddings": 32768,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }))
+    return folder
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """Run ``sweetspot`` in a fresh interpreter, as the console script would."""
+    return subprocess.run(
+        [sys.executable, "-m", "sweetspot.cli", *args],
+        capture_output=True, text=True, timeout=120,
+    )
