@@ -29,10 +29,13 @@ class FlagInfo:
     aliases: tuple[str, ...]
     spans: tuple[tuple[Version, Version], ...]  # inclusive runs of sampled releases
     kind: str  # "bool", "int", "float", "str", "json", "list" or "unknown"
-    negatable: bool  # "--no-<name>" accepted (from negatable_from on)
+    negatable: bool  # "--no-<name>" accepted (from negatable_from to negatable_until)
     negatable_from: Version | None
+    negatable_until: Version | None  # last sampled release with "--no-<name>"
     choices: tuple[str, ...] | None
     accepts_suffix: bool  # "8k"-style human-readable integers
+    optional_value: bool = False  # a switch that also takes an explicit true/false
+    aliases_from: tuple[tuple[str, Version], ...] = ()  # aliases younger than the flag
 
     @property
     def takes_value(self) -> bool:
@@ -41,6 +44,15 @@ class FlagInfo:
     @property
     def first_seen(self) -> Version:
         return self.spans[0][0]
+
+    def alias_since(self, spelling: str) -> Version | None:
+        return dict(self.aliases_from).get(spelling)
+
+    def negatable_in(self, sample: Version) -> bool:
+        return self.negatable and not (
+            (self.negatable_from and sample < self.negatable_from)
+            or (self.negatable_until and sample > self.negatable_until)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +127,7 @@ class FlagLookup:
     legacy: LegacyFlag | None = None
     removed_in: Version | None = None  # first sampled release without it (REMOVED)
     last_seen: Version | None = None  # last sampled release with it (REMOVED)
+    since: Version | None = None  # first sampled release with this spelling (NOT_YET)
 
 
 class FlagTable:
@@ -163,17 +176,31 @@ class FlagTable:
             if legacy is not None:  # older than the table, still present
                 return FlagLookup(FlagStatus.PRESENT, None, legacy=legacy)
             return FlagLookup(FlagStatus.UNKNOWN, None)
-        if negated and info.negatable_from and version < info.negatable_from:
-            return FlagLookup(FlagStatus.NOT_YET, info, negated=True)
+        sample = self.sample_for(version)
+        alias_since = info.alias_since(name)
+        if alias_since is not None and sample < alias_since:
+            return FlagLookup(FlagStatus.NOT_YET, info, since=alias_since)
+        if negated and not info.negatable_in(sample) and self.present(info, version):
+            if info.negatable_from and sample < info.negatable_from:
+                return FlagLookup(FlagStatus.NOT_YET, info, negated=True,
+                                  since=info.negatable_from)
+            return FlagLookup(FlagStatus.REMOVED, info, negated=True,
+                              removed_in=self._after(info.negatable_until),
+                              last_seen=info.negatable_until)
         if self.present(info, version):
             return FlagLookup(FlagStatus.PRESENT, info, negated=negated, legacy=legacy)
-        sample = self.sample_for(version)
         if sample < info.first_seen:
-            return FlagLookup(FlagStatus.NOT_YET, info, negated=negated)
+            return FlagLookup(FlagStatus.NOT_YET, info, negated=negated, since=info.first_seen)
         last = max(hi for _, hi in info.spans if hi <= sample)
-        after = self.sampled[self.sampled.index(last) + 1]
-        return FlagLookup(FlagStatus.REMOVED, info, negated=negated, removed_in=after,
-                          last_seen=last)
+        return FlagLookup(FlagStatus.REMOVED, info, negated=negated,
+                          removed_in=self._after(last), last_seen=last)
+
+    def _after(self, sample: Version | None) -> Version | None:
+        """The sampled release after ``sample``: the first one known to lack something."""
+        if sample is None or sample not in self.sampled:
+            return None
+        index = self.sampled.index(sample) + 1
+        return self.sampled[index] if index < len(self.sampled) else None
 
     def names_in(self, version: Version) -> list[str]:
         return sorted(name for name, info in self.flags.items() if self.present(info, version))
@@ -187,16 +214,22 @@ class FlagTable:
 
 
 def _info(name: str, entry: dict) -> FlagInfo:
-    negatable_from = entry.get("negatable_from")
+    def version(key: str) -> Version | None:
+        return Version(entry[key]) if entry.get(key) else None
+
     return FlagInfo(
         name=name,
         aliases=tuple(entry.get("aliases", ())),
         spans=tuple((Version(lo), Version(hi)) for lo, hi in entry["spans"]),
         kind=entry.get("kind", "unknown"),
         negatable=bool(entry.get("negatable", False)),
-        negatable_from=Version(negatable_from) if negatable_from else None,
+        negatable_from=version("negatable_from"),
+        negatable_until=version("negatable_until"),
         choices=tuple(entry["choices"]) if entry.get("choices") else None,
         accepts_suffix=bool(entry.get("accepts_suffix", False)),
+        optional_value=bool(entry.get("optional_value", False)),
+        aliases_from=tuple((alias, Version(v)) for alias, v in
+                           entry.get("aliases_from", {}).items()),
     )
 
 
