@@ -7,22 +7,24 @@ stderr with exit code 2.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from sweetspot._errors import SweetspotError
 from sweetspot.spec.hardware import GiB, gpu_names, load_hardware
+from sweetspot.spec.knobs import resolve_defaults
 from sweetspot.spec.model import model_names
 from sweetspot.spec.quant import load_quantization
 from sweetspot.spec.version import DEFAULT_VLLM_VERSION, parse_vllm_version
-from sweetspot.spec.workload import PRESETS, load_workload
+from sweetspot.spec.workload import PRESETS, ArrivalSpec, load_workload
 
 app = typer.Typer(
     name="sweetspot",
@@ -36,13 +38,19 @@ app = typer.Typer(
 _out = Console(highlight=False, soft_wrap=True)
 
 VersionOpt = Annotated[
-    str, typer.Option("--vllm-version", help=f"Target vLLM release (default {DEFAULT_VLLM_VERSION}).")
+    str, typer.Option("--vllm-version", help=f"Target vLLM release (default "
+                                             f"{DEFAULT_VLLM_VERSION}).")
 ]
+ModelOpt = Annotated[str, typer.Option(help="Catalog name, HF id or folder with config.json.")]
+WorkloadOpt = Annotated[str, typer.Option(help=f"Preset ({', '.join(PRESETS)}) or YAML/JSON "
+                                               "file.")]
+YamlDirOpt = Annotated[Path | None, typer.Option(help="Also write one vLLM YAML config per goal "
+                                                      "here.")]
 
 
 @app.command()
 def lint(
-    command: Annotated[str, typer.Argument(help='The command line, quoted: "vllm serve MODEL ..."')],
+    command: Annotated[str, typer.Argument(help='The command line: "vllm serve MODEL ..."')],
     vllm_version: VersionOpt = str(DEFAULT_VLLM_VERSION),
     gpu: Annotated[str | None, typer.Option(help="GPU to check memory against.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
@@ -79,12 +87,14 @@ def lint(
 
 @app.command()
 def advise(
-    model: Annotated[str, typer.Option(help="Catalog name, HF id or folder with config.json.")] = "qwen2.5-14b",
+    model: ModelOpt = "qwen2.5-14b",
     gpu: Annotated[str, typer.Option(help="GPU from the catalog.")] = "a100-80gb",
     quant: Annotated[str | None, typer.Option(help="bf16, fp16, fp8, int8, awq, gptq.")] = "awq",
-    workload: Annotated[str, typer.Option(help=f"Preset ({', '.join(PRESETS)}) or YAML/JSON file.")] = "chat",
+    workload: WorkloadOpt = "chat",
+    rate: Annotated[float | None, typer.Option(help="Request rate (req/s) to size for; "
+                                                "overrides the workload's.")] = None,
     vllm_version: VersionOpt = str(DEFAULT_VLLM_VERSION),
-    yaml_dir: Annotated[Path | None, typer.Option(help="Also write one vLLM YAML config per goal here.")] = None,
+    yaml_dir: YamlDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the picks as JSON.")] = False,
 ) -> int:
     """Instant, explained starting points for four goals: max throughput, low latency,
@@ -94,6 +104,10 @@ def advise(
     version = parse_vllm_version(vllm_version)
     hardware = load_hardware(gpu)
     wl = load_workload(workload)
+    if rate is not None:
+        if rate <= 0:
+            raise SweetspotError(f"--rate must be positive, not {rate:g}")
+        wl = dataclasses.replace(wl, arrival=ArrivalSpec(process="poisson", rate=rate))
     q = load_quantization(quant) if quant else None
     advice = make_advice(model, hardware, wl, version, q)
     if yaml_dir is not None:
@@ -114,10 +128,11 @@ def advise(
                f"{s.prefix_share:.0%} of requests"
                + (f", {s.arrival_rate:g} req/s" if s.arrival_rate else ""))
     table = Table(title="picks", show_lines=False)
-    for column in ("goal", "max-num-seqs", "util", "batched tokens", "KV tokens", "weights GiB"):
+    for column in ("goal", "seqs", "util", "tokens/step", "KV tokens", "weights GiB"):
         table.add_column(column)
     for pick in advice.picks:
-        c, m = pick.config, pick.memory
+        c = resolve_defaults(pick.config, version, hardware, advice.max_model_len)
+        m = pick.memory
         table.add_row(pick.goal, str(c.max_num_seqs), f"{c.gpu_memory_utilization:g}",
                       str(c.max_num_batched_tokens), f"{m.kv_cache_tokens:,}",
                       f"{m.weight_bytes / GiB:.1f}")
@@ -171,15 +186,23 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = app(args=argv, prog_name="sweetspot", standalone_mode=False)
     except SweetspotError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except click.exceptions.UsageError as exc:
-        print(f"error: {exc.format_message()}", file=sys.stderr)
-        sys.exit(2)
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        print("error: interrupted", file=sys.stderr)
-        sys.exit(130)
+        _fail(str(exc), 2)
+    except (typer.Abort, KeyboardInterrupt):
+        _fail("interrupted", 130)
+    except Exception as exc:
+        # Typer vendors Click, so its usage errors are matched by shape, not by class.
+        if callable(getattr(exc, "format_message", None)) and hasattr(exc, "exit_code"):
+            _fail(exc.format_message(), 2)
+        if os.environ.get("SWEETSPOT_DEBUG"):
+            raise
+        _fail(f"internal error ({type(exc).__name__}: {exc}); "
+              "rerun with SWEETSPOT_DEBUG=1 for the traceback", 70)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _fail(message: str, code: int) -> None:
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

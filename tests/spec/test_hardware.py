@@ -22,7 +22,7 @@ def test_catalog_figures_are_the_datasheets():
 
 
 def test_unknown_gpu_is_a_clear_error():
-    with pytest.raises(SweetspotError, match="unknown GPU 'v100'.*a100-80gb"):
+    with pytest.raises(SweetspotError, match=r"unknown GPU 'v100'.*a100-80gb"):
         load_hardware("v100")
 
 

@@ -41,13 +41,15 @@ class ServeCommand:
     extra_positionals: tuple[str, ...]  # positional words vLLM would reject
 
     def argv(self, options: list[Option] | tuple[Option, ...] | None = None) -> list[str]:
+        """The command's words; with ``options``, those replace the options and stray
+        positional words are left out (a corrected command)."""
         opts = self.options if options is None else options
         out = [*self.env, *self.program]
         if self.model is not None:
             out += ["--model", self.model] if self.model_as_option else [self.model]
         for option in opts:
             out += option.tokens()
-        return out + list(self.extra_positionals)
+        return out + list(self.extra_positionals if options is None else ())
 
     def text(self, options: list[Option] | tuple[Option, ...] | None = None) -> str:
         return shlex.join(self.argv(options))
@@ -112,6 +114,9 @@ def parse_serve_command(text: str, table: FlagTable) -> ServeCommand:
             follows = nxt is not None and (not nxt.startswith("-") or bool(_NUMBER.match(nxt)))
             if takes_value is None:
                 takes_value = follows
+            elif not takes_value and nxt is not None and nxt.lower() in ("true", "false"):
+                info = table.info(spelling)
+                takes_value = bool(info and info.optional_value)
             if takes_value and nxt is None:
                 raise SweetspotError(f"{spelling} needs a value")
             value = nxt if takes_value else None

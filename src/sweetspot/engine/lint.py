@@ -173,10 +173,15 @@ def _check_option(option: Option, table: FlagTable, version: Version, st: _State
             async_info = table.info("--async-scheduling")
             st.add_async = async_info is not None and table.present(async_info, version)
         return
-    if look.status == FlagStatus.NOT_YET:
-        first = look.info.negatable_from if look.negated else look.info.first_seen
+    if look.status == FlagStatus.NOT_YET and name != spelling and look.info is not None and (
+            table.present(look.info, version) and not look.negated):
         st.add("error", "not-yet-flag", spelling,
-               f"{spelling} needs vLLM {first} or newer, not {version} (dropped)")
+               f"{spelling} is spelled {look.info.name} before vLLM {look.since}")
+        _check_option(Option(look.info.name, option.value), table, version, st)
+        return
+    if look.status == FlagStatus.NOT_YET:
+        st.add("error", "not-yet-flag", spelling,
+               f"{spelling} needs vLLM {look.since} or newer, not {version} (dropped)")
         return
     info = look.info
     if table.normalise(spelling) != spelling and info is not None:
@@ -186,6 +191,12 @@ def _check_option(option: Option, table: FlagTable, version: Version, st: _State
     st.seen.add(name)
     knob_name = _FLAG_TO_KNOB.get(name)
     if info is not None and info.kind == "bool":
+        if option.value is not None and info.optional_value and option.value.lower() in (
+                "true", "false"):
+            if knob_name:
+                st.settings[knob_name] = (option.value.lower() == "true") != look.negated
+            st.kept.append((option, knob_name))
+            return
         if option.value is not None:
             st.add("error", "bad-value", spelling,
                    f"{spelling} is a switch and takes no value (got {option.value!r})")
@@ -346,7 +357,7 @@ def _corrected_options(cmd: ServeCommand, st: _State, original: ServingConfig,
                                                 else flag)
         if name and name not in emitted:
             out.append(Option(flag, None if value is True else _fmt(value)))
-    if st.add_async:
+    if st.add_async and not validate_config(config.replace(async_scheduling=True), version):
         out.append(Option("--async-scheduling", None))
     return out
 

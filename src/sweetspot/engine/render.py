@@ -58,9 +58,7 @@ def _bool_option(table: FlagTable, flag: str, value: bool, version: Version,
     info = table.info(flag)
     if value:
         return flag, True
-    if info is not None and info.negatable and (
-        info.negatable_from is None or version >= info.negatable_from
-    ):
+    if info is not None and info.negatable_in(table.sample_for(version)):
         return "--no-" + flag[2:], True
     notes.append(f"{flag} cannot be switched off by a flag in vLLM {version}; left at its default")
     return None
@@ -73,15 +71,14 @@ def render_serve(config: ServingConfig, model: str, version: Version) -> Rendere
     notes: list[str] = []
     for name, value in config.explicit().items():
         knob = KNOBS[name]
-        if name == "num_scheduler_steps":
-            if version >= Version("0.10.1"):
-                notes.append(
-                    f"--num-scheduler-steps {value} dropped: removed in vLLM 0.10.1; async "
-                    "scheduling now hides the scheduling overhead"
-                    + (" and is on by default" if version >= ASYNC_SCHEDULING_DEFAULT_SINCE
-                       else "")
-                )
-                continue
+        if name == "num_scheduler_steps" and version >= Version("0.10.1"):
+            notes.append(
+                f"--num-scheduler-steps {value} dropped: removed in vLLM 0.10.1; async "
+                "scheduling now hides the scheduling overhead"
+                + (" and is on by default" if version >= ASYNC_SCHEDULING_DEFAULT_SINCE
+                   else "")
+            )
+            continue
         info = table.info(knob.flag)
         if info is not None and not table.present(info, version):
             notes.append(

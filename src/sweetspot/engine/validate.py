@@ -26,6 +26,10 @@ __all__ = ["DRAFT_MODEL_SINCE", "Problem", "validate_config"]
 
 # Draft-model speculation came to the V1 engine in 0.15 (vllm-facts.md).
 DRAFT_MODEL_SINCE = Version("0.15.0")
+# Explicit --async-scheduling beside speculation: refused before 0.12, EAGLE/MTP only until 0.33
+# (vllm/config/vllm.py of each release).
+ASYNC_EAGLE_SPEC_SINCE = Version("0.12.0")
+ASYNC_ANY_SPEC_SINCE = Version("0.33.0")
 # Acceptance decays with depth: past this many tokens, each extra one is rarely accepted.
 DEEP_SPECULATION_TOKENS = 5
 
@@ -166,7 +170,16 @@ def _speculative_checks(config: ServingConfig, version: Version) -> list[Problem
             f"them; 3-{DEEP_SPECULATION_TOKENS} is the usual range. Measure the acceptance rate "
             "on your traffic (vllm:spec_decode_num_accepted_tokens).",
         ))
-    if config.max_num_seqs and config.max_num_seqs >= 64:
+    if config.async_scheduling and version < ASYNC_ANY_SPEC_SINCE and (
+            version < ASYNC_EAGLE_SPEC_SINCE or spec.method not in EAGLE_METHODS):
+        out.append(Problem(
+            "error", "--async-scheduling",
+            "Currently, async scheduling is only supported with EAGLE/MTP kind of speculative "
+            "decoding" if version >= ASYNC_EAGLE_SPEC_SINCE else
+            "async scheduling does not support speculative decoding in this vLLM release",
+            {"async_scheduling": None},
+        ))
+    if config.max_num_seqs and config.max_num_seqs > 64:
         out.append(Problem(
             "warning", "--speculative-config",
             f"speculation pays at small batches; at max-num-seqs {config.max_num_seqs} a busy "

@@ -40,7 +40,7 @@ class Hardware:
 
     @property
     def supports_fp8(self) -> bool:
-        """FP8 tensor cores (Ada, Hopper, Blackwell); FP8 KV cache and W8A8-FP8 compute need them."""
+        """FP8 tensor cores (Ada, Hopper, Blackwell): FP8 KV cache and W8A8-FP8 need them."""
         return self.fp8_flops is not None
 
 

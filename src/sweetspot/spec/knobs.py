@@ -234,7 +234,7 @@ KNOBS: dict[str, Knob] = {
 
 
 def knob(name: str) -> Knob:
-    """A knob by field name or flag spelling (``max_num_seqs``, ``max-num-seqs``, ``--max-num-seqs``)."""
+    """A knob by field name or flag spelling (``max_num_seqs``, ``--max-num-seqs``)."""
     key = name.strip().lstrip("-").replace("-", "_")
     if key in KNOBS:
         return KNOBS[key]

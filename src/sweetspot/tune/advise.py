@@ -62,12 +62,12 @@ class Advice:
 
 
 def _pow2_floor(x: float, low: int = 1, high: int = 1024) -> int:
-    value = 2 ** int(math.floor(math.log2(max(x, 1))))
+    value = 2 ** math.floor(math.log2(max(x, 1)))
     return max(low, min(high, value))
 
 
 def _pow2_ceil(x: float, low: int = 1, high: int = 1024) -> int:
-    value = 2 ** int(math.ceil(math.log2(max(x, 1))))
+    value = 2 ** math.ceil(math.log2(max(x, 1)))
     return max(low, min(high, value))
 
 
@@ -315,7 +315,9 @@ def _guide_notes(version: Version, hardware: Hardware) -> tuple[str, ...]:
                      + (" and is on by default" if version >= Version("0.14.0") else ""))
     util = vllm_default("gpu_memory_utilization", version, hardware)
     seqs = vllm_default("max_num_seqs", version, hardware)
-    notes.append(f"vLLM {version} defaults on {hardware.name}: gpu-memory-utilization {util} "
-                 f"(the guide says 0.9), max-num-seqs {seqs} (the guide says 256), prefix "
-                 "caching on")
+    differ = [f"gpu-memory-utilization {util} (the guide says 0.9)" if util != 0.9 else "",
+              f"max-num-seqs {seqs} (the guide says 256)" if seqs != 256 else ""]
+    notes.append(f"vLLM {version} defaults on {hardware.name}: "
+                 + ", ".join(d for d in differ if d) + (", " if any(differ) else "")
+                 + "prefix caching on (the guide says to turn it on)")
     return tuple(notes)

@@ -1,0 +1,92 @@
+"""The command line as a user meets it: exit codes, one-line errors, no tracebacks."""
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+
+GUIDE = ("vllm serve Qwen/Qwen2.5-14B-Instruct --max-num-seqs 256 --max-model-len 8192 "
+         "--gpu-memory-utilization 0.95 --enable-prefix-caching --scheduling-policy lof "
+         "--num-scheduler-steps 8 --speculative-model Qwen/Qwen2.5-0.5B-Instruct "
+         "--num-speculative-tokens 8")
+
+
+def test_lint_guide_template_then_its_correction():
+    first = run_cli("lint", GUIDE, "--vllm-version", "0.33.0", "--gpu", "a100-80gb")
+    assert first.returncode == 1, first.stderr
+    for flag in ("--scheduling-policy", "--num-scheduler-steps", "--speculative-model"):
+        assert flag in first.stdout
+    lines = first.stdout.splitlines()
+    corrected = lines[lines.index("corrected command:") + 1]
+    second = run_cli("lint", corrected, "--vllm-version", "0.33.0", "--gpu", "a100-80gb")
+    assert second.returncode == 0, second.stdout
+    assert "ok: vLLM would accept this command" in second.stdout
+
+
+def test_lint_json():
+    result = run_cli("lint", GUIDE, "--json")
+    assert result.returncode == 1
+    data = json.loads(result.stdout)
+    assert data["corrected"] and not data["ok"]
+
+
+def test_advise_prints_four_picks_that_lint_accepts():
+    result = run_cli("advise", "--model", "qwen2.5-14b", "--gpu", "a100-80gb", "--quant", "awq",
+                     "--workload", "chat", "--json")
+    assert result.returncode == 0, result.stderr
+    picks = json.loads(result.stdout)["picks"]
+    assert [p["goal"] for p in picks] == ["max-throughput", "low-latency", "memory-limited",
+                                          "balanced"]
+    for pick in picks:
+        assert pick["reasons"]
+        check = run_cli("lint", pick["command"], "--vllm-version", "0.33.0", "--gpu", "a100-80gb")
+        assert check.returncode == 0, (pick["command"], check.stdout)
+
+
+def test_advise_default_is_the_guides_setup_and_writes_yaml(tmp_path):
+    result = run_cli("advise", "--yaml-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "Qwen/Qwen2.5-14B-Instruct-AWQ" in result.stdout
+    assert "where the field guide does not hold" in result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "balanced.yaml", "low-latency.yaml", "max-throughput.yaml", "memory-limited.yaml"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("advise", "--gpu", "v100"), "unknown GPU 'v100'"),
+    (("advise", "--model", "gpt-5"), "unknown model 'gpt-5'"),
+    (("advise", "--rate", "fast"), "Invalid value for '--rate'"),
+    (("advise", "--rate", "-3"), "--rate must be positive"),
+    (("advise", "--quant", "int3"), "unknown quantisation 'int3'"),
+    (("advise", "--workload", "nope"), "unknown workload 'nope'"),
+    (("advise", "--vllm-version", "abc"), "not a vLLM version"),
+    (("lint", "docker run foo"), "not a vllm serve command line"),
+    (("lint", "vllm serve m", "--gpu", "tpu-v5"), "unknown GPU"),
+    (("lint",), "Missing argument"),
+    (("frobnicate",), "No such command"),
+])
+def test_bad_input_is_one_line_exit_2(args, message):
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_model_folder_missing_fields(tmp_path):
+    (tmp_path / "config.json").write_text('{"hidden_size": 64}')
+    result = run_cli("advise", "--model", str(tmp_path), "--quant", "bf16")
+    assert result.returncode == 2
+    assert "missing fields" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_model_folder_works(qwen_folder):
+    result = run_cli("advise", "--model", str(qwen_folder), "--quant", "bf16", "--gpu", "h100")
+    assert result.returncode == 0, result.stderr
+    assert f"vllm serve {qwen_folder} " in result.stdout
+
+
+def test_catalog():
+    result = run_cli("catalog")
+    assert result.returncode == 0 and "h200" in result.stdout and "mixtral-8x7b" in result.stdout
