@@ -121,3 +121,23 @@ def test_json_report_shape():
     assert data["ok"] is False and data["vllm_version"] == "0.33.0"
     assert {f["severity"] for f in data["findings"]} >= {"error", "info"}
     assert data["memory"]["kv_cache_tokens"] > 0
+
+
+def test_settings_that_repeat_the_default_are_pointed_out():
+    report = lint_command("vllm serve qwen2.5-7b --max-num-seqs 256 --enable-prefix-caching "
+                          "--gpu-memory-utilization 0.92", v("0.33.0"), A100)
+    notes = [f.message for f in report.findings if f.severity == "info"]
+    assert "--max-num-seqs 256 is vLLM 0.33.0's default on a100-80gb; it can be omitted" in notes
+    assert "--enable-prefix-caching is vLLM 0.33.0's default; it can be omitted" in notes
+    h100 = lint_command("vllm serve qwen2.5-7b --max-num-seqs 256", v("0.33.0"),
+                        load_hardware("h100"))
+    assert not any("default" in f.message for f in h100.findings)  # 1024 there
+
+
+def test_auto_max_model_len_fits_the_kv_cache():
+    report = lint_command("vllm serve qwen2.5-7b --gpu-memory-utilization 0.2 "
+                          "--max-model-len auto", v("0.33.0"), A100)
+    assert report.exit_code == 0, report.errors
+    assert any("auto: vLLM will fit max-model-len" in f.message for f in report.findings)
+    assert lint_command("vllm serve qwen2.5-7b --max-model-len 8k", v("0.33.0"),
+                        A100).memory.max_model_len == 8000

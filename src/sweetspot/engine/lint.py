@@ -24,7 +24,7 @@ from sweetspot.engine.memory import MemoryEstimate, estimate_memory
 from sweetspot.engine.render import ASYNC_SCHEDULING_DEFAULT_SINCE, render_serve
 from sweetspot.engine.validate import DRAFT_MODEL_SINCE, validate_config
 from sweetspot.spec.hardware import GiB, Hardware
-from sweetspot.spec.knobs import KNOBS, ServingConfig, SpeculativeConfig
+from sweetspot.spec.knobs import KNOBS, ServingConfig, SpeculativeConfig, vllm_default
 from sweetspot.spec.model import ModelArch, load_model
 from sweetspot.spec.quant import Quantization, load_quantization
 
@@ -39,6 +39,8 @@ _LEGACY_SPEC_KEYS = {
     "--ngram-prompt-lookup-max": "prompt_lookup_max",
     "--ngram-prompt-lookup-min": "prompt_lookup_min",
 }
+# Knobs whose vLLM default depends on the device.
+_HARDWARE_DEFAULTS = {"max_num_seqs", "max_num_batched_tokens", "async_scheduling", "block_size"}
 _HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
 
 
@@ -116,6 +118,7 @@ class _State:
     settings: dict[str, Any] = field(default_factory=dict)
     legacy_spec: dict[str, str] = field(default_factory=dict)
     add_async: bool = False
+    auto_model_len: bool = False
     seen: set[str] = field(default_factory=set)
 
     def add(self, severity: str, code: str, flag: str | None, message: str) -> None:
@@ -229,6 +232,8 @@ def _check_option(option: Option, table: FlagTable, version: Version, st: _State
                f"{spelling} expects {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not "
                f"{value!r} ({exc}) (dropped)")
         return
+    if knob_name == "max_model_len" and parsed is None:
+        st.auto_model_len = True  # "auto"/-1: vLLM fits it to the KV cache
     if knob_name:
         st.settings[knob_name] = parsed
     st.kept.append((option, knob_name))
@@ -311,6 +316,12 @@ def _check_memory(config, arch, quant, hardware, version, st) -> tuple[ServingCo
                                                                          MemoryEstimate, bool]:
     """Estimate memory; on a refusal, try the obvious fix up to a few times."""
     est = estimate_memory(arch, quant, hardware, config, version, draft=_draft(config))
+    if st.auto_model_len and (est.failure or "").startswith("To serve at least one request"):
+        fitted = est.num_blocks * est.block_size
+        st.add("info", "note", "--max-model-len",
+               f"auto: vLLM will fit max-model-len to the KV cache, about {fitted:,} tokens")
+        est = estimate_memory(arch, quant, hardware, config.replace(max_model_len=fitted),
+                              version, draft=_draft(config))
     if est.ok:
         return config, est, True
     st.add("error", "memory", None,
@@ -362,6 +373,45 @@ def _corrected_options(cmd: ServeCommand, st: _State, original: ServingConfig,
     return out
 
 
+def _validate(config: ServingConfig, version: Version, hardware: Hardware | None,
+              arch: ModelArch | None, st: _State) -> ServingConfig:
+    """Report vLLM's cross-setting problems and apply their fixes; a fix can uncover another
+    problem (an ngram fallback for a draft model), so repeat until nothing changes."""
+    reported: set[str] = set()
+    for _ in range(3):
+        problems = validate_config(config, version, hardware, arch)
+        for problem in problems:
+            if problem.message not in reported:
+                reported.add(problem.message)
+                code = "invalid-config" if problem.severity == "error" else "note"
+                st.add(problem.severity, code, problem.flag, problem.message)
+        fixes = [p.fix for p in problems if p.severity == "error"]
+        if not fixes:
+            break
+        for fix in fixes:
+            config = config.replace(**fix)
+    return config
+
+
+def _note_defaults(config: ServingConfig, version: Version, hardware: Hardware | None,
+                   arch: ModelArch | None, st: _State) -> None:
+    """Say which explicit settings only repeat vLLM's default (they can be omitted, and they
+    stop following vLLM when its defaults improve)."""
+    if hardware is None:
+        return
+    model_len = arch.max_position_embeddings if arch else None
+    for name, value in config.explicit().items():
+        if name in ("max_model_len", "speculative", "quantization"):
+            continue
+        if value == vllm_default(name, version, hardware, config.replace(**{name: None}),
+                                 model_len):
+            flag = KNOBS[name].flag
+            shown = flag if isinstance(value, bool) else f"{flag} {_fmt(value)}"
+            where = f" on {hardware.name}" if name in _HARDWARE_DEFAULTS else ""
+            st.add("info", "note", flag,
+                   f"{shown} is vLLM {version}'s default{where}; it can be omitted")
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, SpeculativeConfig):
         return value.to_json()
@@ -381,17 +431,8 @@ def lint_command(text: str, version: Version, hardware: Hardware | None = None) 
     original = ServingConfig(**st.settings)
     arch, quant = _resolve(cmd.model, original.quantization, st)
 
-    config = original
-    for problem in validate_config(config, version, hardware, arch):
-        st.add(problem.severity, "invalid-config" if problem.severity == "error" else "note",
-               problem.flag, problem.message)
-        if problem.severity == "error":
-            config = config.replace(**problem.fix)
-    # A fix can uncover another (a speculative fallback with deep tokens): report those too.
-    if config != original:
-        for problem in validate_config(config, version, hardware, arch):
-            if problem.severity == "error":
-                config = config.replace(**problem.fix)
+    config = _validate(original, version, hardware, arch, st)
+    _note_defaults(original, version, hardware, arch, st)
 
     estimate, fixable = None, True
     if hardware is not None and arch is not None:
