@@ -21,10 +21,11 @@ from rich.table import Table
 from sweetspot._errors import SweetspotError
 from sweetspot.spec.hardware import GiB, gpu_names, load_hardware
 from sweetspot.spec.knobs import resolve_defaults
+from sweetspot.spec.loaders import load_workload
 from sweetspot.spec.model import model_names
 from sweetspot.spec.quant import load_quantization
 from sweetspot.spec.version import DEFAULT_VLLM_VERSION, parse_vllm_version
-from sweetspot.spec.workload import PRESETS, ArrivalSpec, load_workload
+from sweetspot.spec.workload import PRESETS, ArrivalSpec, workload_stats
 
 app = typer.Typer(
     name="sweetspot",
@@ -170,6 +171,38 @@ def _advice_dict(advice) -> dict:
         ],
         "guide_notes": list(advice.guide_notes),
     }
+
+
+workload_app = typer.Typer(help="Inspect workloads: presets, spec files, traces.",
+                           no_args_is_help=True)
+app.add_typer(workload_app, name="workload")
+
+
+@workload_app.command("stats")
+def workload_stats_command(
+    workload: Annotated[str, typer.Argument(help=f"Preset ({', '.join(PRESETS)}), YAML/JSON "
+                                                 "spec, ShareGPT JSON or JSONL trace.")],
+    num_requests: Annotated[int, typer.Option(min=1, help="Requests to draw for the "
+                                                          "statistics.")] = 10_000,
+) -> int:
+    """P50/P90/P99 of prompt and output lengths, shared-prefix share and arrival rate."""
+    wl = load_workload(workload)
+    stats = workload_stats(wl, num_requests)
+    table = Table(title=f"workload {wl.name!r}: {stats.num_requests:,} requests drawn")
+    for column in ("tokens", "mean", "P50", "P90", "P99", "max"):
+        table.add_column(column, justify="right")
+    for label, length in (("prompt", stats.prompt), ("output", stats.output),
+                          ("prompt+output", stats.total)):
+        table.add_row(label, f"{length.mean:.0f}", f"{length.p50:.0f}", f"{length.p90:.0f}",
+                      f"{length.p99:.0f}", f"{length.max}")
+    _out.print(table)
+    rate = f"{stats.arrival_rate:g} req/s" if stats.arrival_rate else wl.arrival.process
+    _out.print(f"shared prefix: {stats.prefix_share:.0%} of requests, "
+               f"{stats.prefix_tokens_share:.0%} of prompt tokens; arrivals: {rate}"
+               + ("; priority classes: " + ", ".join(f"{p.name}={p.priority} ({p.share:.0%})"
+                                                      for p in wl.priorities)
+                  if wl.priorities else ""))
+    return 0
 
 
 @app.command()

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from sweetspot import SweetspotError
-from sweetspot.spec.workload import PRESETS, load_workload, preset, workload_stats
+from sweetspot.spec.loaders import load_workload
+from sweetspot.spec.workload import PRESETS, preset, workload_stats
 
 
 def test_presets_have_the_advertised_shapes():

@@ -8,15 +8,12 @@ seed give the same lengths in any process.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass as plain_dataclass
 from dataclasses import field
 from functools import cache
-from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-import yaml
 from pydantic import Field, TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass
 
@@ -28,10 +25,11 @@ __all__ = [
     "LengthStats",
     "PrefixSpec",
     "PriorityClass",
+    "TraceEntry",
     "WorkloadSpec",
     "WorkloadStats",
-    "load_workload",
     "preset",
+    "validate_workload",
     "workload_stats",
 ]
 
@@ -128,6 +126,17 @@ class PriorityClass:
 
 
 @dataclass(frozen=True, slots=True)
+class TraceEntry:
+    """One recorded request: lengths, and when and how it was sent."""
+
+    prompt_tokens: int = Field(ge=1)
+    output_tokens: int = Field(ge=1)
+    arrival_s: float | None = Field(default=None, ge=0)  # from the trace's start
+    priority: int = 0
+    prompt_text: str | None = None  # the original text, for the chat endpoint
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadSpec:
     name: str
     prompt: Length  # tokens after the shared prefix
@@ -138,11 +147,17 @@ class WorkloadSpec:
     num_requests: int = Field(default=1000, ge=1)
     seed: int = 0
     description: str = ""
+    trace: tuple[TraceEntry, ...] = ()  # recorded requests, replayed in order (loaders fill it)
 
     def sample_lengths(self, n: int | None = None, seed: int | None = None
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(prompt tokens incl. prefix, output tokens, carries-a-prefix) for n requests."""
         n = self.num_requests if n is None else n
+        if self.trace:
+            picks = [self.trace[i % len(self.trace)] for i in range(n)]
+            prompt = np.array([e.prompt_tokens for e in picks], dtype=np.int64)
+            output = np.array([e.output_tokens for e in picks], dtype=np.int64)
+            return prompt, output, np.zeros(n, dtype=bool)
         rng = np.random.default_rng(self.seed if seed is None else seed)
         unique = self.prompt.sample(rng, n)
         output = self.output.sample(rng, n)
@@ -199,7 +214,8 @@ _PRESET_DATA = {
 }
 
 
-def _validate(data: dict, origin: str) -> WorkloadSpec:
+def validate_workload(data: dict, origin: str) -> WorkloadSpec:
+    """A WorkloadSpec from plain data (a parsed file), or a one-line error naming the field."""
     try:
         spec = _ADAPTER.validate_python(data)
     except ValidationError as exc:
@@ -220,28 +236,7 @@ PRESETS = tuple(_PRESET_DATA)
 
 @cache
 def preset(name: str) -> WorkloadSpec:
-    return _validate({"name": name, **_PRESET_DATA[name]}, f"preset {name}")
-
-
-def load_workload(ref: str) -> WorkloadSpec:
-    """A preset name, or a YAML/JSON file describing a WorkloadSpec."""
-    if ref in PRESETS:
-        return preset(ref)
-    path = Path(ref)
-    if not path.is_file():
-        raise SweetspotError(
-            f"unknown workload {ref!r}: not a file and not a preset ({', '.join(PRESETS)})"
-        )
-    try:
-        text = path.read_text()
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
-        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SweetspotError(f"cannot read workload file {ref}: {first_line}") from None
-    if not isinstance(data, dict):
-        raise SweetspotError(f"malformed workload file {ref}: expected a mapping at top level")
-    data.setdefault("name", path.stem)
-    return _validate(data, f"file {ref}")
+    return validate_workload({"name": name, **_PRESET_DATA[name]}, f"preset {name}")
 
 
 @plain_dataclass(frozen=True, slots=True)
@@ -272,7 +267,10 @@ def _length_stats(x: np.ndarray) -> LengthStats:
 def workload_stats(spec: WorkloadSpec, n: int = 10_000) -> WorkloadStats:
     """Statistics of ``n`` seeded draws from ``spec``."""
     prompt, output, has_prefix = spec.sample_lengths(n)
-    rate = spec.arrival.rate if spec.arrival.process not in ("inf", "closed") else None
+    rate = spec.arrival.rate if spec.arrival.process not in ("inf", "closed", "trace") else None
+    times = [e.arrival_s for e in spec.trace if e.arrival_s is not None]
+    if spec.arrival.process == "trace" and len(times) > 1 and max(times) > min(times):
+        rate = (len(times) - 1) / (max(times) - min(times))
     prefix_tokens = float((has_prefix * spec.prefix.length).sum())
     return WorkloadStats(
         num_requests=n,
