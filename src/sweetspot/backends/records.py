@@ -8,6 +8,7 @@ compared request by request; ``sweetspot.metrics`` turns a list of them into the
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 __all__ = ["RequestRecord"]
@@ -48,7 +49,7 @@ class RequestRecord:
     def itls_s(self) -> tuple[float, ...]:
         """Gaps between consecutive messages carrying choices (per chunk, not per token)."""
         t = self.chunk_times_s
-        return tuple(b - a for a, b in zip(t, t[1:], strict=False))
+        return tuple(b - a for a, b in itertools.pairwise(t))
 
     @property
     def tpot_s(self) -> float | None:

@@ -1,0 +1,34 @@
+"""Turn what a run produced into numbers: ``vllm bench serve``'s result from per-request records
+(``serve``) and the server's own counters from its Prometheus ``/metrics`` text (``prometheus``)."""
+
+from sweetspot.metrics.prometheus import (
+    Histogram,
+    MetricsSnapshot,
+    ServerFacts,
+    ServerQuantiles,
+    compute_server_facts,
+    histogram_quantile,
+    parse_metrics,
+)
+from sweetspot.metrics.serve import (
+    LATENCY_NAMES,
+    SLO_NAMES,
+    BenchResult,
+    LatencyStats,
+    compute_result,
+)
+
+__all__ = [
+    "LATENCY_NAMES",
+    "SLO_NAMES",
+    "BenchResult",
+    "Histogram",
+    "LatencyStats",
+    "MetricsSnapshot",
+    "ServerFacts",
+    "ServerQuantiles",
+    "compute_result",
+    "compute_server_facts",
+    "histogram_quantile",
+    "parse_metrics",
+]
