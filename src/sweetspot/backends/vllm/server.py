@@ -1,0 +1,220 @@
+"""Start a vLLM OpenAI-compatible server and always take it down again.
+
+Lifecycle: spawn (own process group, output to a log file) → wait until ``/health`` answers 200
+→ yield → stop. The invariant: when ``launch_server`` exits — normally, by an exception or by
+KeyboardInterrupt, also during start-up — no process of the server's group is left and its port
+accepts a new listener. vLLM runs its engine in child processes of the API server; they share
+its process group, so signalling the group reaches them all.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from sweetspot._errors import SweetspotError
+
+__all__ = [
+    "ServerHandle",
+    "ServerStartError",
+    "ServerStartTimeout",
+    "free_port",
+    "launch_server",
+]
+
+# Defaults under the caller's environment and ``env``: a small KV cache (GiB) suits CPU
+# machines, and a test or a tuning run must never reach the Hub or report usage.
+DEFAULT_ENV: Mapping[str, str] = {
+    "VLLM_CPU_KVCACHE_SPACE": "2",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+_POLL_INTERVAL_S = 0.5
+_KILL_GRACE_S = 10.0
+_PORT_RELEASE_S = 10.0
+_LOG_TAIL_LINES = 30
+_ERROR_LINE = re.compile(r"error|exception|exited|failed", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerHandle:
+    base_url: str  # "http://127.0.0.1:PORT", no trailing slash
+    pid: int  # the API server's pid, also its process group's id
+    log_path: Path  # the server's stdout and stderr
+    started_s: float  # monotonic clock when /health first answered 200
+    startup_s: float  # seconds from spawn to that answer
+
+
+class ServerStartError(SweetspotError):
+    """The server exited (or hung) before it became healthy; ``log_tail`` holds its last lines."""
+
+    def __init__(self, message: str, log_tail: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.log_tail = tuple(log_tail)
+
+
+class ServerStartTimeout(ServerStartError, TimeoutError):
+    """The server did not answer ``/health`` before the start-up deadline."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the kernel's pick); racy, but fine on a test machine."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def launch_server(
+    python: Path | str,
+    model_dir: Path | str,
+    *,
+    tokenizer_dir: Path | str | None = None,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    log_path: Path | str,
+    startup_timeout_s: float = 300.0,
+    stop_timeout_s: float = 15.0,
+) -> Iterator[ServerHandle]:
+    """Run ``python -m vllm.entrypoints.openai.api_server`` with dummy weights until exit.
+
+    ``args`` go after the fixed flags, so a later ``--load-format`` wins over the dummy one.
+    The served model's name is ``str(model_dir)``. On exit the group gets SIGTERM, then
+    SIGKILL after ``stop_timeout_s``.
+    """
+    port = free_port(host) if port is None else port
+    log_path = Path(log_path)
+    argv = [
+        str(python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model_dir),
+        "--tokenizer", str(tokenizer_dir if tokenizer_dir is not None else model_dir),
+        "--load-format", "dummy",
+        "--host", host,
+        "--port", str(port),
+        *args,
+    ]
+    full_env = {**DEFAULT_ENV, **os.environ, **(env or {})}
+    base_url = f"http://{host}:{port}"
+    with open(log_path, "wb") as log:
+        spawned_s = time.monotonic()
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env=full_env, start_new_session=True,
+        )
+    try:
+        started_s = _wait_healthy(process, base_url, log_path, spawned_s + startup_timeout_s)
+        yield ServerHandle(
+            base_url=base_url, pid=process.pid, log_path=log_path,
+            started_s=started_s, startup_s=started_s - spawned_s,
+        )
+    finally:
+        _stop_group(process, stop_timeout_s)
+        _wait_port_free(host, port)
+
+
+def _wait_healthy(
+    process: subprocess.Popen, base_url: str, log_path: Path, deadline_s: float
+) -> float:
+    while True:
+        returncode = process.poll()
+        if returncode is not None:
+            tail = _log_tail(log_path)
+            raise ServerStartError(
+                f"vLLM server exited with code {returncode} during start-up: "
+                f"{_telling_line(tail)} (log: {log_path})",
+                tail,
+            )
+        if _is_healthy(base_url):
+            return time.monotonic()
+        if time.monotonic() >= deadline_s:
+            tail = _log_tail(log_path)
+            raise ServerStartTimeout(
+                f"vLLM server not healthy at {base_url} before the start-up deadline; "
+                f"last log line: {tail[-1] if tail else 'none'} (log: {log_path})",
+                tail,
+            )
+        time.sleep(_POLL_INTERVAL_S)
+
+
+def _is_healthy(base_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base_url}/health", timeout=2.0) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):  # refused while starting, 503 once the engine died
+        return False
+
+
+def _stop_group(process: subprocess.Popen, term_grace_s: float) -> None:
+    """SIGTERM the group, SIGKILL whatever is left after the grace period, reap the leader."""
+    pgid = process.pid  # start_new_session: the leader's pid is the group's id
+    _signal_group(pgid, signal.SIGTERM)
+    if not _wait_group_gone(process, pgid, term_grace_s):
+        _signal_group(pgid, signal.SIGKILL)
+        if not _wait_group_gone(process, pgid, _KILL_GRACE_S):
+            raise SweetspotError(f"vLLM server's process group {pgid} survived SIGKILL")
+
+
+def _signal_group(pgid: int, signum: signal.Signals) -> None:
+    with suppress(ProcessLookupError):
+        os.killpg(pgid, signum)
+
+
+def _wait_group_gone(process: subprocess.Popen, pgid: int, timeout_s: float) -> bool:
+    deadline_s = time.monotonic() + timeout_s
+    while True:
+        process.poll()  # reap the leader, else it lingers as our zombie
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() >= deadline_s:
+            return False
+        time.sleep(0.1)
+
+
+def _wait_port_free(host: str, port: int) -> None:
+    deadline_s = time.monotonic() + _PORT_RELEASE_S
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            # Like uvicorn's own socket: TIME_WAIT leftovers do not count as taken.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+                return
+            except OSError as exc:
+                if time.monotonic() >= deadline_s:
+                    raise SweetspotError(
+                        f"port {port} still taken after the server stopped"
+                    ) from exc
+        time.sleep(0.1)
+
+
+def _log_tail(log_path: Path) -> list[str]:
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return []
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    return lines[-_LOG_TAIL_LINES:]
+
+
+def _telling_line(tail: Sequence[str]) -> str:
+    """The last line that names an error, else the last line: the one-line reason."""
+    for line in reversed(tail):
+        if _ERROR_LINE.search(line):
+            return line.strip()
+    return tail[-1].strip() if tail else "no output"
