@@ -90,3 +90,22 @@ def test_model_folder_works(qwen_folder):
 def test_catalog():
     result = run_cli("catalog")
     assert result.returncode == 0 and "h200" in result.stdout and "mixtral-8x7b" in result.stdout
+
+
+def test_mock_server_command_serves_until_terminated():
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    proc = subprocess.Popen([sys.executable, "-m", "sweetspot.cli", "mock-server", "--port", "0",
+                             "--ttft-ms", "1"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("mock server listening on http://127.0.0.1:")
+        url = line.split()[-1]
+        with urllib.request.urlopen(url + "/health", timeout=10) as response:
+            assert response.status == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0

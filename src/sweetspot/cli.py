@@ -7,6 +7,7 @@ stderr with exit code 2.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -37,6 +38,7 @@ app = typer.Typer(
 )
 
 _out = Console(highlight=False, soft_wrap=True)
+_err = Console(stderr=True)
 
 VersionOpt = Annotated[
     str, typer.Option("--vllm-version", help=f"Target vLLM release (default "
@@ -171,6 +173,184 @@ def _advice_dict(advice) -> dict:
         ],
         "guide_notes": list(advice.guide_notes),
     }
+
+
+def _parse_slos(text: str | None) -> dict[str, float]:
+    """``ttft=300,tpot=50ms,e2el=2s`` -> milliseconds per metric."""
+    slos: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        name, _, value = part.partition("=")
+        value = value.strip().lower()
+        scale = 1000.0 if value.endswith("s") and not value.endswith("ms") else 1.0
+        try:
+            slos[name.strip()] = float(value.removesuffix("ms").removesuffix("s")) * scale
+        except ValueError:
+            raise SweetspotError(f"bad SLO {part!r}: expected e.g. ttft=300ms") from None
+    return slos
+
+
+def _parse_floats(text: str, what: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise SweetspotError(f"bad {what} {text!r}: expected numbers separated by commas"
+                             ) from None
+
+
+@app.command()
+def bench(
+    url: Annotated[str, typer.Option(help="Base URL of a running OpenAI-compatible server.")],
+    model: Annotated[str | None, typer.Option(help="Served model name (default: the "
+                                                   "server's first).")] = None,
+    workload: WorkloadOpt = "chat",
+    num_requests: Annotated[int | None, typer.Option(min=1)] = None,
+    rate: Annotated[str | None, typer.Option(help="Requests per second, or inf.")] = None,
+    concurrency: Annotated[int | None, typer.Option(min=1, help="Most requests in flight; "
+                                                         "alone it means a closed loop.")] = None,
+    burstiness: Annotated[float, typer.Option(min=0.01)] = 1.0,
+    slo: Annotated[str | None, typer.Option(help="e.g. ttft=300ms,tpot=50ms,e2el=5s")] = None,
+    percentiles: Annotated[str, typer.Option(help="Percentiles to report.")] = "50,90,95,99",
+    endpoint: Annotated[str, typer.Option(help="completions or chat")] = "completions",
+    vocab_size: Annotated[int, typer.Option(help="Prompt token ids are drawn below this.")
+                          ] = 32_000,
+    seed: Annotated[int | None, typer.Option()] = None,
+    warmup: Annotated[int, typer.Option(min=0, help="Warm-up requests, not recorded.")] = 1,
+    processes: Annotated[int, typer.Option(min=0, help="Client processes; 0 = by rate.")] = 0,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Per-request timeout, s.")] = 600.0,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the result here "
+                                                                   "(vLLM's keys).")] = None,
+) -> int:
+    """Measure a running server with a workload, the way `vllm bench serve` measures."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from sweetspot.backends.endpoint import run_endpoint
+    from sweetspot.backends.loadgen import LoadConfig, check_server
+    from sweetspot.metrics.run import measure
+    from sweetspot.spec.requests import sample_requests
+
+    if endpoint not in ("completions", "chat"):
+        raise SweetspotError(f"--endpoint must be completions or chat, not {endpoint!r}")
+    slos = _parse_slos(slo)
+    pcts = _parse_floats(percentiles, "percentiles")
+    wl = _override_arrivals(load_workload(workload), rate, concurrency, burstiness)
+    served = asyncio.run(check_server(url))
+    model = model or (served[0] if served else None)
+    if not model:
+        raise SweetspotError(f"{url} serves no model; pass --model")
+    requests = sample_requests(wl, num_requests, seed=seed, vocab_size=vocab_size)
+    config = LoadConfig(base_url=url, model=model, endpoint=endpoint,
+                        max_concurrency=concurrency, timeout_s=timeout,
+                        warmup_requests=warmup, processes=processes)
+    with Progress("[progress.description]{task.description}", BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=_err,
+                  transient=True) as progress:
+        task = progress.add_task(f"{model} @ {url}", total=len(requests))
+        run = run_endpoint(requests, config, on_done=lambda: progress.advance(task))
+    measurement = measure(run, percentiles=pcts, slos=slos or None)
+    data = measurement.to_dict()
+    data["sweetspot"] = {"url": url, "model": model, "workload": wl.name,
+                         "num_requests": len(requests), "arrival": wl.arrival.process,
+                         "rate": wl.arrival.rate, "max_concurrency": concurrency,
+                         "client_processes": run.processes}
+    if json_path is not None:
+        try:
+            json_path.write_text(json.dumps(data, indent=2))
+        except OSError as exc:
+            raise SweetspotError(f"cannot write {json_path}: {exc}") from None
+    _print_result(measurement)
+    return 0 if measurement.result.completed else 1
+
+
+def _override_arrivals(wl, rate: str | None, concurrency: int | None, burstiness: float):
+    if rate is None and concurrency is None:
+        return wl
+    if rate is None or rate.strip().lower() == "inf":
+        process = "closed" if rate is None else "inf"
+        arrival = ArrivalSpec(process=process, concurrency=concurrency)
+    else:
+        try:
+            value = float(rate)
+        except ValueError:
+            raise SweetspotError(f"--rate must be a number or inf, not {rate!r}") from None
+        if value <= 0:
+            raise SweetspotError(f"--rate must be positive, not {value:g}")
+        process = "poisson" if burstiness == 1.0 else "gamma"
+        arrival = ArrivalSpec(process=process, rate=value, burstiness=burstiness,
+                              concurrency=concurrency)
+    return dataclasses.replace(wl, arrival=arrival)
+
+
+def _print_result(measurement) -> None:
+    r = measurement.result
+    table = Table(title="Serving Benchmark Result", show_header=False)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("Successful requests", f"{r.completed}"),
+        ("Failed requests", f"{r.failed}"),
+        ("Benchmark duration (s)", f"{r.duration_s:.2f}"),
+        ("Total input tokens", f"{r.total_input_tokens}"),
+        ("Total generated tokens", f"{r.total_output_tokens}"),
+        ("Request throughput (req/s)", f"{r.request_throughput:.2f}"),
+        ("Output token throughput (tok/s)", f"{r.output_throughput:.2f}"),
+        ("Total token throughput (tok/s)", f"{r.total_token_throughput:.2f}"),
+    ]
+    if r.request_goodput is not None:
+        rows.append(("Request goodput (req/s)", f"{r.request_goodput:.2f}"))
+    data = r.to_dict()
+    for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL")):
+        rows.append((f"Mean / median {label} (ms)",
+                     f"{data[f'mean_{name}_ms']:.2f} / {data[f'median_{name}_ms']:.2f}"))
+        rows.append((f"P99 {label} (ms)", f"{data.get(f'p99_{name}_ms', float('nan')):.2f}"))
+    rows.append(("Client lag mean / max (ms)",
+                 f"{r.mean_client_lag_ms:.2f} / {r.max_client_lag_ms:.2f}"))
+    server = measurement.server
+    if server is not None:
+        for label, value in (("Preemptions", server.preemptions),
+                             ("Prefix cache hit rate", server.prefix_cache_hit_rate),
+                             ("Peak KV cache usage", server.peak_kv_cache_usage),
+                             ("Max requests waiting", server.max_requests_waiting),
+                             ("Spec decode acceptance", server.spec_acceptance_rate)):
+            if value is not None:
+                rows.append((f"server: {label}",
+                             f"{value:.1%}" if isinstance(value, float) else f"{value}"))
+    for label, value in rows:
+        table.add_row(label, value)
+    _out.print(table)
+    for error, count in measurement.errors[:5]:
+        _out.print(f"  failed x{count}: {error}", markup=False)
+
+
+@app.command("mock-server")
+def mock_server(
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port.")] = 8000,
+    ttft_ms: Annotated[float, typer.Option(min=0, help="Admission to first token.")] = 50.0,
+    itl_ms: Annotated[float, typer.Option(min=0, help="Between tokens of one request.")] = 10.0,
+    max_num_seqs: Annotated[int, typer.Option(min=1, help="Batch capacity; more requests "
+                                                          "wait in a queue.")] = 256,
+    tokens_per_chunk: Annotated[int, typer.Option(min=1)] = 1,
+    fail_rate: Annotated[float, typer.Option(min=0, max=1, help="Share answered HTTP 500.")
+                         ] = 0.0,
+    drop_rate: Annotated[float, typer.Option(min=0, max=1, help="Share of streams cut "
+                                                                "mid-way.")] = 0.0,
+    seed: Annotated[int, typer.Option()] = 0,
+    model_name: Annotated[str, typer.Option()] = "mock",
+) -> int:
+    """A fast OpenAI-compatible streaming server with programmable timing, for tests, demos
+    and measuring the client itself (not a stand-in for vLLM). Runs until Ctrl-C."""
+    from sweetspot.testing.mock_server import MockServerConfig, run
+
+    config = MockServerConfig(ttft_s=ttft_ms / 1e3, itl_s=itl_ms / 1e3,
+                              max_num_seqs=max_num_seqs, tokens_per_chunk=tokens_per_chunk,
+                              fail_rate=fail_rate, drop_rate=drop_rate, seed=seed,
+                              model_name=model_name)
+    try:
+        run(config, host, port,
+            on_ready=lambda url: _out.print(f"mock server listening on {url}", markup=False))
+    except OSError as exc:
+        raise SweetspotError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return 0
 
 
 workload_app = typer.Typer(help="Inspect workloads: presets, spec files, traces.",

@@ -17,7 +17,8 @@ Definitions, mirrored from vLLM's ``calculate_metrics`` and its streaming reques
 - ``max_output_tokens_per_s``: the most chunks (vLLM counts chunks, not tokens) in any one-second
   bucket counted from the earliest successful send; ``max_concurrent_requests``: the most successful
   requests active in any such bucket (a request is active from its send's bucket to its end's).
-- sweetspot's extras: client lag (actual − scheduled send, all records) and the SLOs used.
+- sweetspot's extras: client lag (actual − scheduled send, less any wait for a concurrency
+  slot; all records) and the SLOs used.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class BenchResult:
     tpot: LatencyStats
     itl: LatencyStats
     e2el: LatencyStats
-    mean_client_lag_ms: float  # actual minus scheduled send, over all records
+    mean_client_lag_ms: float  # RequestRecord.client_lag_s over all records
     p99_client_lag_ms: float
     max_client_lag_ms: float
     slos_ms: tuple[tuple[str, float], ...] = ()  # goodput SLOs used, in SLO_NAMES order
@@ -226,7 +227,7 @@ def compute_result(
 
     total_input, total_output = int(prompt.sum()), int(output.sum())
     peak_chunks, peak_requests = _peaks(sent, sent + e2el, chunks)
-    lag = np.fromiter((r.sent_s - r.scheduled_s for r in records), float, len(records))
+    lag = np.fromiter((r.client_lag_s for r in records), float, len(records))
     lag_or_0: Any = lag if lag.size else 0
     return BenchResult(
         duration_s=float(duration_s),

