@@ -11,9 +11,12 @@ writes, never the ones after it. A finished request frees its slot at its own de
 next waiter is admitted at that instant (not when the tick ran), so queueing follows the
 programmed timeline exactly.
 
-Why one timer instead of a sleeping coroutine per request: at 1,000 req/s x 64 tokens that is
-64k wake-ups/s; a plain callback that pops a heap and writes to the socket costs a few
-microseconds, a task resumption plus ``await resp.write`` several times that.
+Why one timer instead of a sleeping coroutine per request: a plain callback that pops a heap and
+writes to the socket skips a task resumption and ``await resp.write`` per chunk. Measured on a
+2-vCPU VM, server on one core, 64 tokens per request: at 200 req/s it used about 25% less CPU,
+with emission lag p50 -0.1 ms / p99 1.5 ms against +0.4 / 3.3 ms; at 300 req/s p99 1.3 ms
+against 9.3 ms. Past about 20k chunks/s one core saturates either way: there a loopback
+``send()`` that wakes the client alone costs 15-30 us of kernel time.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ class MockServerConfig:
     max_num_seqs: int = 256  # batch capacity; more requests wait FIFO, their TTFT clock stopped
     tokens_per_chunk: int = 1  # tokens per streamed message (vLLM's --stream-interval)
     fail_rate: float = 0.0  # share of requests answered HTTP 500 at once
-    drop_rate: float = 0.0  # share of streams closed after 1-3 chunks, without [DONE]
+    drop_rate: float = 0.0  # share of streams cut after 1-3 chunks (before the last), no [DONE]
     seed: int = 0  # seeds the fail/drop draws and response ids, in arrival order
     model_name: str = "mock"  # served model name (requests may name any model)
 
@@ -181,7 +184,8 @@ class MockEngine:
         for stream in [*self._waiting, *(entry[2] for entry in self._heap)]:
             if stream.state in ("waiting", "running"):
                 stream.state = "shutdown"
-                stream.done.set_result("shutdown")
+                if not stream.done.done():
+                    stream.done.set_result("shutdown")
         self._waiting.clear()
         self._heap.clear()
         self.num_running = 0

@@ -170,10 +170,13 @@ class _MockService:
                 return _error(503, "mock server shutting down", "ServiceUnavailableError")
             return web.Response(body=_full_body(chat, head, _text(0, num_tokens), usage),
                                 content_type="application/json")
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        options = body.get("stream_options")
+        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         num_chunks = -(-num_tokens // self.config.tokens_per_chunk)
-        drop_after = (1 + int(u_point * min(3, num_chunks))
-                      if u_drop < self.config.drop_rate else None)
+        # a dropped stream is cut after 1-3 chunks, always before its last (one-chunk streams
+        # cannot be cut mid-way and end normally)
+        drop_after = (1 + int(u_point * min(3, num_chunks - 1))
+                      if u_drop < self.config.drop_rate and num_chunks > 1 else None)
         chunked = request.version == HttpVersion11
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         if chunked:
