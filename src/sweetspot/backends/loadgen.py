@@ -22,6 +22,7 @@ import dataclasses
 import json
 import math
 import multiprocessing
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -106,13 +107,15 @@ async def _send(session: aiohttp.ClientSession, request: Request, config: LoadCo
                             continue
                         if payload == b"[DONE]":
                             done = True
-                            continue
-                        event = json.loads(payload)
-                        if event.get("choices"):
+                        elif _has_choices(payload):
                             chunks.append(time.perf_counter())
-                        elif usage := event.get("usage"):
-                            usage_tokens = usage.get("completion_tokens")
-                if not done:
+                            if b'"usage":{' in payload:  # continuous usage stats
+                                usage_tokens = _completion_tokens(payload, usage_tokens)
+                        elif b'"usage"' in payload:
+                            usage_tokens = _completion_tokens(payload, usage_tokens)
+                        elif b'"error"' in payload:
+                            error = f"error in stream: {payload[:200].decode(errors='replace')}"
+                if not done and error is None:
                     error = "stream closed before [DONE]"
     except TimeoutError:
         error = f"timeout after {config.timeout_s:g} s"
@@ -136,6 +139,25 @@ async def _send(session: aiohttp.ClientSession, request: Request, config: LoadCo
         error=error,
         slot_wait_s=slot_wait_s,
     )
+
+
+_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*([^\]\s])')
+
+
+def _has_choices(payload: bytes) -> bool:
+    """Whether a stream message carries a non-empty ``choices`` list. A byte search, not a JSON
+    parse: this runs for every streamed token, and parsing was the client's largest own cost.
+    The "choices" key comes before any text in OpenAI-style chunks, so a bracket inside the
+    generated text cannot end the search early."""
+    return _CHOICES.search(payload) is not None
+
+
+def _completion_tokens(payload: bytes, current: int | None) -> int | None:
+    event = json.loads(payload)
+    usage = event.get("usage") if isinstance(event, dict) else None
+    if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+        return int(usage["completion_tokens"])
+    return current
 
 
 def _session(config: LoadConfig) -> aiohttp.ClientSession:
