@@ -22,6 +22,7 @@ import dataclasses
 import json
 import math
 import multiprocessing
+import queue as queue_module
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -39,6 +40,8 @@ __all__ = ["LoadConfig", "LoadRun", "check_server", "run_load"]
 READ_BUFFER_BYTES = 16 * 1024 * 1024
 # One event loop keeps client lag under a millisecond up to about this rate on one core.
 RATE_PER_PROCESS = 800.0
+# Sharded runs start this long after the last worker is ready (its loop and session start).
+START_MARGIN_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,42 +171,61 @@ def _session(config: LoadConfig) -> aiohttp.ClientSession:
     )
 
 
-async def _run_shard(requests: Sequence[Request], config: LoadConfig, t0: float,
-                     on_done: Callable[[], None] | None,
-                     warmup: Sequence[Request] = ()) -> list[RequestRecord]:
-    """Send ``requests`` at their deadlines from one event loop."""
+async def _prepare(session: aiohttp.ClientSession, config: LoadConfig,
+                   warmup: Sequence[Request]) -> None:
+    """Before t0: open a connection and load aiohttp's lazily built parts with one GET of
+    ``/v1/models``, then send the warm-up requests, so the first timed request pays for
+    neither."""
+    try:
+        async with session.get(config.base_url.rstrip("/") + "/v1/models") as response:
+            await response.read()
+    except (aiohttp.ClientError, TimeoutError):
+        pass  # the timed requests will record whatever is wrong
+    if warmup:
+        await asyncio.gather(*(_send(session, r, config, 0.0) for r in warmup))
+
+
+async def _dispatch(session: aiohttp.ClientSession, requests: Sequence[Request],
+                    config: LoadConfig, t0: float,
+                    on_done: Callable[[], None] | None) -> list[RequestRecord]:
+    """Send ``requests`` at their deadlines ``t0 + arrival_s`` from this event loop."""
     limit = asyncio.Semaphore(config.max_concurrency) if config.max_concurrency else None
-    async with _session(config) as session:
-        if warmup:
-            await asyncio.gather(*(_send(session, r, config, t0) for r in warmup))
 
-        async def one(request: Request) -> RequestRecord:
-            if limit is None:
-                record = await _send(session, request, config, t0)
-            else:
-                due = t0 + request.arrival_s
-                async with limit:
-                    waited = max(0.0, time.perf_counter() - max(due, t0))
-                    record = await _send(session, request, config, t0, waited)
-            if on_done is not None:
-                on_done()
-            return record
+    async def one(request: Request) -> RequestRecord:
+        if limit is None:
+            record = await _send(session, request, config, t0)
+        else:
+            due = t0 + request.arrival_s
+            async with limit:
+                waited = max(0.0, time.perf_counter() - max(due, t0))
+                record = await _send(session, request, config, t0, waited)
+        if on_done is not None:
+            on_done()
+        return record
 
-        tasks = []
-        for request in sorted(requests, key=lambda r: r.arrival_s):
-            delay = t0 + request.arrival_s - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.ensure_future(one(request)))
-        return list(await asyncio.gather(*tasks))
+    tasks = []
+    for request in sorted(requests, key=lambda r: r.arrival_s):
+        delay = t0 + request.arrival_s - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.ensure_future(one(request)))
+    return list(await asyncio.gather(*tasks))
 
 
-def _worker(requests: list[Request], config: LoadConfig, t0: float, queue) -> None:
-    """A shard in its own process: its records go back through ``queue``."""
+def _worker(requests: list[Request], config: LoadConfig, queue, start, t0_value) -> None:
+    """A shard in its own process: prepares its session, says it is ready, waits for the
+    common t0, sends, and returns its records through ``queue``."""
     _install_uvloop()
 
-    records = asyncio.run(_run_shard(requests, config, t0, lambda: queue.put(("done", 1))))
-    queue.put(("records", records))
+    async def main() -> list[RequestRecord]:
+        async with _session(config) as session:
+            await _prepare(session, config, ())
+            queue.put(("ready", None))
+            await asyncio.get_running_loop().run_in_executor(None, start.wait)
+            return await _dispatch(session, requests, config, t0_value.value,
+                                   lambda: queue.put(("done", 1)))
+
+    queue.put(("records", asyncio.run(main())))
 
 
 def _install_uvloop() -> None:
@@ -255,12 +277,11 @@ def run_load(requests: Sequence[Request], config: LoadConfig,
         _install_uvloop()
 
         async def main() -> tuple[list[RequestRecord], float, float]:
-            if warmup:
-                async with _session(config) as session:
-                    await asyncio.gather(*(_send(session, r, config, 0.0) for r in warmup))
-            t0 = time.perf_counter()
-            records = await _run_shard(requests, config, t0, on_done)
-            return records, t0, time.perf_counter()
+            async with _session(config) as session:
+                await _prepare(session, config, warmup)
+                t0 = time.perf_counter()
+                records = await _dispatch(session, requests, config, t0, on_done)
+                return records, t0, time.perf_counter()
 
         records, t0, t_end = asyncio.run(main())
     else:
@@ -279,29 +300,52 @@ def _run_sharded(requests: Sequence[Request], config: LoadConfig, workers: int,
         per = max(1, config.max_concurrency // workers)
         shard_config = dataclasses.replace(config, max_concurrency=per)
     if warmup:
-        asyncio.run(_run_shard(warmup, config, time.perf_counter(), None))
+        async def warm() -> None:
+            async with _session(config) as session:
+                await _prepare(session, config, warmup)
+
+        asyncio.run(warm())
     context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
+    queue, start, t0_value = context.Queue(), context.Event(), context.Value("d", 0.0)
     shards = [list(requests[i::workers]) for i in range(workers)]
-    # Workers need a moment to start: give every one the same t0 in the near future.
-    t0 = time.perf_counter() + 1.5
-    procs = [context.Process(target=_worker, args=(s, shard_config, t0, queue), daemon=True)
-             for s in shards]
+    procs = [context.Process(target=_worker, args=(s, shard_config, queue, start, t0_value),
+                             daemon=True) for s in shards]
     for proc in procs:
         proc.start()
     records: list[RequestRecord] = []
-    finished = 0
+    finished = ready = 0
+    t0 = 0.0
     try:
         while finished < workers:
-            kind, value = queue.get()
-            if kind == "records":
+            try:
+                kind, value = queue.get(timeout=1.0)
+            except queue_module.Empty:
+                if any(p.exitcode not in (None, 0) for p in procs):
+                    break  # a worker died: its requests are recorded as failed below
+                continue
+            if kind == "ready":
+                ready += 1
+                if ready == workers:  # every worker has started: one t0 for all, just ahead
+                    t0 = t0_value.value = time.perf_counter() + START_MARGIN_S
+                    start.set()
+            elif kind == "records":
                 records.extend(value)
                 finished += 1
             elif on_done is not None:
                 on_done()
     finally:
+        start.set()  # release workers still waiting, should the loop have ended early
         for proc in procs:
             proc.join(timeout=5)
             if proc.is_alive():
                 proc.kill()
+    seen = {r.request_id for r in records}
+    records += [_lost(r, "client worker process died") for r in requests
+                if r.request_id not in seen]
     return records, t0, time.perf_counter()
+
+
+def _lost(request: Request, error: str) -> RequestRecord:
+    return RequestRecord(request.request_id, request.arrival_s, request.arrival_s, (), None,
+                         request.prompt_tokens, 0, request.priority, request.prefix_group,
+                         error)
