@@ -109,3 +109,19 @@ def test_mock_server_command_serves_until_terminated():
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
+
+
+def test_testing_make_model_writes_a_servable_pair(tmp_path):
+    result = run_cli("testing", "make-model", str(tmp_path / "tiny"), "--layers", "3")
+    assert result.returncode == 0, result.stderr
+    config = json.loads((tmp_path / "tiny" / "model" / "config.json").read_text())
+    assert config["num_hidden_layers"] == 3
+    assert (tmp_path / "tiny" / "tokenizer" / "tokenizer.json").is_file()
+    assert not (tmp_path / "tiny" / "tokenizer" / "config.json").exists()
+    # The catalog-free path of the memory model reads the same folder.
+    lint = run_cli("lint", f"vllm serve {tmp_path / 'tiny' / 'model'} --max-model-len 2048",
+                   "--gpu", "cpu", "--vllm-version", "0.32.0")
+    assert lint.returncode == 0, lint.stdout
+    bad = run_cli("testing", "make-model", str(tmp_path / "x"), "--hidden", "100",
+                  "--heads", "3")
+    assert bad.returncode == 2 and "multiple of heads" in bad.stderr

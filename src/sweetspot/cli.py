@@ -385,6 +385,38 @@ def workload_stats_command(
     return 0
 
 
+testing_app = typer.Typer(help="Tools for tests and demos.", no_args_is_help=True)
+app.add_typer(testing_app, name="testing")
+
+
+@testing_app.command("make-model")
+def make_model(
+    folder: Annotated[Path, typer.Argument(help="Where to write model/ and tokenizer/.")],
+    layers: Annotated[int, typer.Option(min=1)] = 2,
+    hidden: Annotated[int, typer.Option(min=8)] = 256,
+    heads: Annotated[int, typer.Option(min=1)] = 4,
+    kv_heads: Annotated[int, typer.Option(min=1)] = 2,
+    vocab: Annotated[int, typer.Option(min=32)] = 4096,
+    max_position: Annotated[int, typer.Option(min=16)] = 4096,
+) -> int:
+    """Write a tiny dummy-weight Qwen2 model folder and a separate exact-round-trip tokenizer
+    (words w0 ... w<vocab-1>), for vLLM with --load-format dummy."""
+    from sweetspot.testing.tiny_model import make_tiny_model
+
+    if hidden % heads or heads % kv_heads:
+        raise SweetspotError("hidden must be a multiple of heads, heads of kv-heads")
+    try:
+        tiny = make_tiny_model(folder, layers=layers, hidden=hidden, heads=heads,
+                               kv_heads=kv_heads, vocab=vocab, max_position=max_position)
+    except OSError as exc:
+        raise SweetspotError(f"cannot write the model to {folder}: {exc}") from None
+    _out.print(f"model:     {tiny.model_dir}", markup=False)
+    _out.print(f"tokenizer: {tiny.tokenizer_dir}", markup=False)
+    _out.print(f"serve it:  python -m vllm.entrypoints.openai.api_server --model {tiny.model_dir} "
+               f"--tokenizer {tiny.tokenizer_dir} --load-format dummy", markup=False)
+    return 0
+
+
 @app.command()
 def catalog() -> int:
     """List the built-in GPUs and models."""
