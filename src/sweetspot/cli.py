@@ -217,6 +217,8 @@ def bench(
     warmup: Annotated[int, typer.Option(min=0, help="Warm-up requests, not recorded.")] = 1,
     processes: Annotated[int, typer.Option(min=0, help="Client processes; 0 = by rate.")] = 0,
     timeout: Annotated[float, typer.Option(min=0.1, help="Per-request timeout, s.")] = 600.0,
+    metrics_interval: Annotated[float, typer.Option(min=0, help="Seconds between /metrics "
+                                                           "samples in the run; 0: none.")] = 1.0,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the result here "
                                                                    "(vLLM's keys).")] = None,
 ) -> int:
@@ -245,7 +247,8 @@ def bench(
                   MofNCompleteColumn(), TimeElapsedColumn(), console=_err,
                   transient=True) as progress:
         task = progress.add_task(f"{model} @ {url}", total=len(requests))
-        run = run_endpoint(requests, config, on_done=lambda: progress.advance(task))
+        run = run_endpoint(requests, config, on_done=lambda: progress.advance(task),
+                           scrape_interval_s=metrics_interval)
     measurement = measure(run, percentiles=pcts, slos=slos or None)
     data = measurement.to_dict()
     data["sweetspot"] = {"url": url, "model": model, "workload": wl.name,
