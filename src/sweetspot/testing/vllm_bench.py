@@ -43,6 +43,7 @@ def run_vllm_bench_serve(
     seed: int = 0,
     result_path: Path | str,
     timeout_s: float = 600.0,
+    temperature: float | None = 0.0,
 ) -> dict:
     """Send ``num_prompts`` random prompts of exactly ``input_len`` tokens, each generating
     ``output_len`` tokens (EOS ignored), and return vLLM's saved result.
@@ -75,6 +76,10 @@ def run_vllm_bench_serve(
     ]
     if max_concurrency is not None:
         argv += ["--max-concurrency", str(max_concurrency)]
+    if temperature is not None:
+        # Since 0.2x vLLM's client no longer sends temperature 0 unless told, leaving the
+        # server's default (random) sampling; sweetspot sends greedy requests, so compare those.
+        argv += ["--temperature", str(temperature)]
     result_path.unlink(missing_ok=True)  # a stale file must not pass for this run's result
     with open(log_path, "w") as log:
         try:
