@@ -15,6 +15,7 @@ These are starting points for ``sweetspot tune``, which measures.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,7 +158,7 @@ class _Context:
     per_request: float
     in_flight: float
     step_s: float
-    memory: object  # (config, draft) -> MemoryEstimate
+    memory: Callable[..., MemoryEstimate]  # (config, draft=None) -> estimate
 
     def kv_concurrency(self, config: ServingConfig) -> float:
         return self.memory(config).kv_cache_tokens / self.per_request
