@@ -26,6 +26,7 @@ __all__ = [
     "ServingConfig",
     "SpeculativeConfig",
     "knob",
+    "parse_settings",
     "resolve_defaults",
     "vllm_default",
 ]
@@ -326,3 +327,50 @@ def resolve_defaults(
         if getattr(config, f.name) is None
     }
     return dataclasses.replace(config, **filled)
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _parse_value(k: Knob, raw: str) -> Any:
+    text = raw.strip()
+    if text.lower() in ("default", "none", "auto") and k.kind not in ("choice", "str"):
+        return None
+    try:
+        if k.kind == "int":
+            return int(text)
+        if k.kind == "float":
+            return float(text)
+        if k.kind == "bool":
+            if text.lower() in _TRUE:
+                return True
+            if text.lower() in _FALSE:
+                return False
+            raise ValueError("expected true or false")
+        if k.kind == "bytes":
+            units = {"k": 1024, "m": 1024**2, "g": GiB, "t": 1024**4}
+            number = text.lower().removesuffix("ib").removesuffix("b")
+            scale = units.get(number[-1:], 1)
+            return int(float(number[:-1] if scale != 1 else number) * scale)
+        if k.kind == "speculative":
+            return SpeculativeConfig.from_dict(json.loads(text))
+    except (ValueError, json.JSONDecodeError) as exc:
+        raise SweetspotError(f"bad value {raw!r} for {k.name}: {exc}") from None
+    return text
+
+
+def parse_settings(items: list[str] | tuple[str, ...], base: ServingConfig | None = None
+                   ) -> ServingConfig:
+    """``["max_num_seqs=64", "enable-prefix-caching=false", ...]`` onto ``base``; each value
+    checked against its knob's domain. ``knob=default`` unsets it."""
+    changes: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or not name.strip():
+            raise SweetspotError(f"bad setting {item!r}: expected knob=value")
+        k = knob(name)
+        value = _parse_value(k, raw)
+        if (reason := k.check(value)) is not None:
+            raise SweetspotError(reason)
+        changes[k.name] = value
+    return (base or ServingConfig()).replace(**changes)

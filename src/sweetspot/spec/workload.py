@@ -31,6 +31,7 @@ __all__ = [
     "preset",
     "validate_workload",
     "workload_stats",
+    "workload_to_dict",
 ]
 
 
@@ -232,6 +233,11 @@ def validate_workload(data: dict, origin: str) -> WorkloadSpec:
 
 
 PRESETS = tuple(_PRESET_DATA)
+
+
+def workload_to_dict(spec: WorkloadSpec) -> dict:
+    """Plain JSON-able data that ``validate_workload`` turns back into an equal spec."""
+    return _ADAPTER.dump_python(spec, mode="json")
 
 
 @cache
