@@ -1,0 +1,428 @@
+"""A mirror of vLLM's V1 scheduler (``vllm/v1/core/sched/scheduler.py``), step by step.
+
+The invariant, in vLLM's words: there is no prefill or decode phase; each request's computed
+tokens catch up with its total tokens. One step (``schedule``) runs three phases:
+
+1. *Running decodes*: every decoding request gets its token(s); one that needs a new KV block
+   and finds none preempts the lowest-priority running request (``fcfs``: the last admitted;
+   ``priority``: the largest (priority, arrival)) until it fits or is itself preempted.
+   Preemption is by recompute: the victim frees its blocks and goes back to the waiting queue.
+2. *Running prefills*: requests with prompt left get a chunk, capped by
+   ``long_prefill_token_threshold`` and the remaining token budget, in running order.
+3. *Waiting*: only when nothing was preempted this step, admit from the waiting queue
+   (``fcfs`` order or lowest (priority, arrival) first) while the token budget, ``max_num_seqs``
+   and the free blocks allow; prefix-cache hits (full blocks, never the whole prompt) are
+   computed tokens that cost nothing.
+
+Where this simplifies vLLM: decoding requests always come before prefilling ones in the
+running order (vLLM appends admissions at the tail, so they nearly always do); a decode's
+speculative tokens are never cut by the token budget; a waiting high-priority request does not
+itself preempt (neither does vLLM's V1: preemption happens only when a running request cannot
+grow); encoder, LoRA, KV-connector and structured-output paths are absent.
+
+The ``v0`` mode reproduces the pre-V1 engine of the published 0.5/0.6 measurements: whole
+prompts only, a step is either all prefills (admitted first) or all decodes, and
+``num_scheduler_steps`` decode steps run per scheduling decision.
+
+Decoding requests are not visited every step: their progress follows from a decode clock, and
+only events (a new block needed, the last token) are bucketed by decode step. A step costs
+O(events), which keeps 10,000 requests well under a second.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sweetspot.backends.sim.blocks import BlockPool
+from sweetspot.backends.sim.cost import StepShape
+from sweetspot.backends.sim.request import DECODE, DONE, PREFILL, WAITING, SimRequest
+
+__all__ = ["Scheduler", "SchedulerConfig", "StepPlan"]
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+    num_blocks: int
+    chunked_prefill: bool
+    long_prefill_threshold: int  # 0 = no cap
+    prefix_caching: bool
+    priority: bool  # scheduling_policy == "priority"
+    spec_tokens: int = 0  # k of speculative decoding, 0 = off
+    v0: bool = False  # pre-V1 engine (published 0.5/0.6 cases)
+    multi_step: int = 1  # V0 num_scheduler_steps
+
+
+@dataclass(slots=True)
+class StepPlan:
+    shape: StepShape
+    prefills: list[tuple[SimRequest, int]]  # (request, tokens computed this step)
+    decodes: bool  # decoding requests advance this step
+    cpu_scheduled: bool  # the CPU scheduled this step (False inside a V0 multi-step run)
+
+
+class Scheduler:
+    def __init__(self, cfg: SchedulerConfig, draw_emissions: Callable | None = None) -> None:
+        self.cfg = cfg
+        self.pool = BlockPool(cfg.num_blocks, caching=cfg.prefix_caching)
+        self.draw_emissions = draw_emissions  # (remaining tokens) -> per-step tokens array
+        self.running: dict[SimRequest, None] = {}  # admission order
+        self.prefilling: list[SimRequest] = []  # running requests with prompt left, in order
+        self.waiting_fcfs: deque[SimRequest] = deque()
+        self.waiting_heap: list[tuple[int, float, int, SimRequest]] = []
+        self.dnext = 0  # index the next decode step gets
+        self.num_decoding = 0
+        self._ctx_base = 0.0  # decode context at step d = _ctx_base + d * _ctx_rate
+        self._ctx_rate = 0.0
+        self._need: dict[int, list[tuple[SimRequest, int, int]]] = {}  # dstep -> (req, epoch, n)
+        self._finish: dict[int, list[tuple[SimRequest, int]]] = {}
+        self._admitted = 0
+        self._group_left = 0  # V0 multi-step: decode steps left in the current group
+        self.preemptions = 0
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+        self.finished: list[SimRequest] = []
+
+    def reset_stats(self) -> None:
+        """Forget counters and finished requests (after a warm-up); caches stay warm."""
+        self.preemptions = self.prefix_queries = self.prefix_hits = 0
+        self.pool.peak_used = self.pool.num_used
+        self.finished = []
+
+    # -- queues ---------------------------------------------------------------------------
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting_fcfs or self.waiting_heap)
+
+    def add(self, req: SimRequest) -> None:
+        if self.cfg.priority:
+            heapq.heappush(self.waiting_heap, (req.priority, req.arrival_s, req.rid, req))
+        else:
+            self.waiting_fcfs.append(req)
+
+    def _peek(self) -> SimRequest | None:
+        if self.cfg.priority:
+            return self.waiting_heap[0][3] if self.waiting_heap else None
+        return self.waiting_fcfs[0] if self.waiting_fcfs else None
+
+    def _pop(self) -> None:
+        if self.cfg.priority:
+            heapq.heappop(self.waiting_heap)
+        else:
+            self.waiting_fcfs.popleft()
+
+    def _requeue(self, req: SimRequest) -> None:
+        if self.cfg.priority:
+            heapq.heappush(self.waiting_heap, (req.priority, req.arrival_s, req.rid, req))
+        else:
+            self.waiting_fcfs.appendleft(req)
+
+    # -- blocks and hashes ----------------------------------------------------------------
+
+    def _hash_chain(self, req: SimRequest, upto_blocks: int) -> list[int]:
+        """The request's full-block hashes for its first ``upto_blocks`` blocks: prompt blocks
+        hash their token ids, blocks holding outputs are unique to the request."""
+        hashes = req.hashes
+        if hashes is None:
+            hashes = req.hashes = []
+        bs, ids = self.cfg.block_size, req.prompt_ids
+        parent = hashes[-1] if hashes else 0
+        for i in range(len(hashes), upto_blocks):
+            end = (i + 1) * bs
+            content = ids[i * bs:end] if end <= req.prompt_len else ("out", req.rid, i)
+            parent = hash((parent, content))
+            hashes.append(parent)
+        return hashes
+
+    def _register(self, req: SimRequest, computed: int) -> None:
+        """Put the request's full blocks into the cache map (vLLM does it as blocks fill)."""
+        if not self.cfg.prefix_caching:
+            return
+        full = min(computed // self.cfg.block_size, len(req.blocks))
+        if full <= req.n_registered:
+            return
+        hashes = self._hash_chain(req, full)
+        for i in range(req.n_registered, full):
+            self.pool.cache(req.blocks[i], hashes[i])
+        req.n_registered = full
+
+    def _free(self, req: SimRequest, computed: int, *, keep_outputs: bool) -> None:
+        """Release the request's blocks. A preempted request's output blocks stay findable
+        for its own resumption; a finished one's can never be hit again, so they go unhashed."""
+        self._register(req, computed if keep_outputs else min(computed, req.prompt_len))
+        self.pool.free(req.blocks)
+        req.blocks = []
+        req.n_registered = 0
+
+    # -- decoding bookkeeping ---------------------------------------------------------------
+
+    def _start_decode(self, req: SimRequest, computed: int) -> None:
+        """``req`` just produced a token from its prefill; it decodes from the next decode step."""
+        remaining = req.output_len - req.generated
+        start = self.dnext
+        req.state, req.dec_start = DECODE, start
+        req.dec_computed, req.dec_generated = computed, req.generated
+        bs, k = self.cfg.block_size, self.cfg.spec_tokens
+        if self.draw_emissions is None:
+            req.dec_emit = req.dec_cum = None
+            req.dec_rate = 1.0
+            steps = remaining
+            first = (-computed) % bs  # the first decode step whose token opens a block
+            if first < steps:
+                self._need.setdefault(start + first, []).append((req, req.epoch, 1))
+        else:
+            emit = self.draw_emissions(remaining)
+            cum = emit.cumsum()
+            req.dec_emit, req.dec_cum = emit, cum
+            steps = len(emit)
+            req.dec_rate = remaining / steps
+            # Step j verifies 1 + k tokens after the cum[j-1] accepted before it.
+            needed = -(-(computed + (cum - emit) + 1 + k) // bs)
+            held = len(req.blocks)
+            for j in range(steps):
+                n = int(needed[j]) - held
+                if n > 0:
+                    self._need.setdefault(start + j, []).append((req, req.epoch, n))
+                    held = int(needed[j])
+        self._finish.setdefault(start + steps - 1, []).append((req, req.epoch))
+        self.num_decoding += 1
+        self._ctx_base += computed - start * req.dec_rate
+        self._ctx_rate += req.dec_rate
+
+    def _stop_decode(self, req: SimRequest) -> None:
+        self.num_decoding -= 1
+        self._ctx_base -= req.dec_computed - req.dec_start * req.dec_rate
+        self._ctx_rate -= req.dec_rate
+
+    def decode_context(self, dstep: int) -> int:
+        return int(self._ctx_base + dstep * self._ctx_rate)
+
+    # -- preemption -------------------------------------------------------------------------
+
+    def _victim(self) -> SimRequest:
+        if self.cfg.priority:
+            return max(self.running, key=lambda r: (r.priority, r.arrival_s, r.admit_seq))
+        return next(reversed(self.running))
+
+    def _preempt(self, req: SimRequest, dstep: int) -> None:
+        """Recompute-preemption: free everything, back to the front of the waiting queue."""
+        del self.running[req]
+        if req.state == DECODE:
+            computed, generated = req.progress(dstep)
+            steps = dstep - req.dec_start
+            if steps > 0:
+                req.pieces.append((req.dec_start, steps, req.dec_emit))
+            req.generated = generated
+            self._stop_decode(req)
+        else:
+            computed = req.computed
+            self.prefilling.remove(req)
+        self._free(req, computed, keep_outputs=True)
+        req.computed = 0
+        req.state = WAITING
+        req.epoch += 1
+        req.preemptions += 1
+        self.preemptions += 1
+        self._requeue(req)
+
+    def _make_room(self, req: SimRequest, blocks: int, dstep: int) -> bool:
+        """Preempt until ``blocks`` are free for ``req``; False when ``req`` itself went."""
+        while self.pool.num_free < blocks:
+            victim = self._victim()
+            self._preempt(victim, dstep)
+            if victim is req:
+                return False
+        return True
+
+    # -- one step ---------------------------------------------------------------------------
+
+    def schedule(self) -> StepPlan | None:
+        cfg = self.cfg
+        dstep = self.dnext
+        budget = cfg.max_num_batched_tokens
+        preempted_before = self.preemptions
+        prefills: list[tuple[SimRequest, int]] = []
+        pf_tokens = pf_context = 0
+        pf_pairs = 0.0
+        decodes = self.num_decoding > 0
+
+        if cfg.v0:
+            if not decodes:
+                self._group_left = 0  # a multi-step run ends when its batch has finished
+            if self._group_left == 0 and (self.waiting_fcfs or self.waiting_heap):
+                admitted = self._admit(budget, dstep, prefills)
+                if prefills:
+                    decodes = False
+                    budget -= admitted
+            cpu_scheduled = self._group_left == 0
+            if decodes and not prefills:
+                self._group_left = (self._group_left or cfg.multi_step) - 1
+        else:
+            cpu_scheduled = True
+
+        num_decode_seqs = 0
+        if decodes:
+            self._grow_decodes(dstep)
+            num_decode_seqs = self.num_decoding
+            budget -= num_decode_seqs * (1 + cfg.spec_tokens)
+
+        if not cfg.v0:
+            for req in list(self.prefilling):
+                if budget <= 0:
+                    break
+                if req not in self.running:  # preempted by an earlier request of this loop
+                    continue
+                n = req.num_tokens - req.computed
+                if 0 < cfg.long_prefill_threshold < n:
+                    n = cfg.long_prefill_threshold
+                n = min(n, budget)
+                need = -(-(req.computed + n) // cfg.block_size) - len(req.blocks)
+                if need > 0:
+                    if not self._make_room(req, need, dstep):
+                        continue
+                    req.blocks.extend(self.pool.allocate(need))
+                prefills.append((req, n))
+                budget -= n
+            if self.preemptions == preempted_before:
+                budget -= self._admit(budget, dstep, prefills)
+            if self.num_decoding < num_decode_seqs:  # decodes preempted by prefills' blocks
+                num_decode_seqs = self.num_decoding
+
+        for req, n in prefills:
+            pf_tokens += n
+            pf_context += req.computed + n
+            pf_pairs += n * (req.computed + (n + 1) / 2)
+        if not prefills and not num_decode_seqs:
+            return None
+        k = cfg.spec_tokens
+        completing = sum(1 for req, n in prefills if req.computed + n == req.num_tokens)
+        shape = StepShape(
+            num_seqs=num_decode_seqs + len(prefills),
+            num_decode_tokens=num_decode_seqs * (1 + k),
+            num_prefill_tokens=pf_tokens,
+            num_sampled=num_decode_seqs * (1 + k) + completing,
+            decode_context=self.decode_context(dstep) if num_decode_seqs else 0,
+            prefill_context=pf_context,
+            prefill_pairs=pf_pairs,
+            draft_tokens=num_decode_seqs * k,
+            draft_context=self.decode_context(dstep) * k if num_decode_seqs else 0,
+            draft_passes=k if num_decode_seqs else 0,
+        )
+        return StepPlan(shape, prefills, num_decode_seqs > 0, cpu_scheduled)
+
+    def _grow_decodes(self, dstep: int) -> None:
+        """Phase 1: the decoding requests whose next token opens a KV block get one, in running
+        order, preempting when the pool is empty. Without speculation a request's next block
+        is due ``block_size`` decode steps later."""
+        entries = [e for e in self._need.pop(dstep, ()) if e[0].epoch == e[1]
+                   and e[0].state == DECODE]
+        if not entries:
+            return
+        bs = self.cfg.block_size
+        total = sum(n for _, _, n in entries)
+        if total <= self.pool.num_free:  # the common case: no preemption, one allocation
+            blocks = self.pool.allocate(total)
+            i = 0
+            for req, _, n in entries:
+                req.blocks.extend(blocks[i:i + n])
+                i += n
+            granted = entries
+        else:
+            entries.sort(key=lambda e: e[0].admit_seq)
+            granted = []
+            for entry in entries:
+                req, _, n = entry
+                if req.state != DECODE or req.epoch != entry[1]:
+                    continue  # preempted for an earlier request of this step
+                if not self._make_room(req, n, dstep):
+                    continue
+                req.blocks.extend(self.pool.allocate(n))
+                granted.append(entry)
+        later = self._need.setdefault(dstep + bs, [])
+        for req, epoch, _ in granted:
+            if req.dec_emit is None and req.epoch == epoch and req.state == DECODE \
+                    and dstep + bs < req.dec_start + req.output_len - req.dec_generated:
+                later.append((req, epoch, 1))
+
+    def _admit(self, budget: int, dstep: int, prefills: list[tuple[SimRequest, int]]) -> int:
+        """Phase 3: admit waiting requests; returns the tokens they took from the budget."""
+        cfg, pool, bs = self.cfg, self.pool, self.cfg.block_size
+        used = 0
+        while budget - used > 0 and len(self.running) < cfg.max_num_seqs:
+            req = self._peek()
+            if req is None:
+                break
+            hits: list[int] = []
+            if cfg.prefix_caching and req.computed == 0:
+                # Never the whole prompt: the last token is recomputed to get logits.
+                max_blocks = (req.num_tokens - 1) // bs
+                hits = pool.lookup(self._hash_chain(req, max_blocks), max_blocks)
+                self.prefix_queries += req.num_tokens
+                self.prefix_hits += len(hits) * bs
+            computed = len(hits) * bs if hits else req.computed
+            n = req.num_tokens - computed
+            if not cfg.chunked_prefill and n > budget - used:
+                break
+            if 0 < cfg.long_prefill_threshold < n:
+                n = cfg.long_prefill_threshold
+            n = min(n, budget - used)
+            need = -(-(computed + n) // bs) - len(hits)
+            if need > pool.num_free - pool.evictable_among(hits):
+                break
+            self._pop()
+            pool.touch(hits)
+            req.blocks = hits + pool.allocate(need)
+            req.n_registered = len(hits)
+            req.computed = computed
+            req.state = PREFILL
+            self._admitted += 1
+            req.admit_seq = self._admitted
+            self.running[req] = None
+            self.prefilling.append(req)
+            prefills.append((req, n))
+            used += n
+        return used
+
+    def complete(self, plan: StepPlan, end_s: float) -> list[SimRequest]:
+        """Apply a finished step: advance prefills, finish requests; returns the finished."""
+        done: list[SimRequest] = []
+        dstep = self.dnext
+        if plan.decodes:
+            self.dnext += 1
+            for req, epoch in self._finish.pop(dstep, ()):
+                if req.epoch != epoch or req.state != DECODE:
+                    continue
+                steps = dstep - req.dec_start + 1
+                req.pieces.append((req.dec_start, steps, req.dec_emit))
+                computed, req.generated = req.progress(dstep + 1)
+                self._stop_decode(req)
+                done.append(req)
+                self._retire(req, computed)
+        for req, n in plan.prefills:
+            if req.state != PREFILL:
+                continue
+            req.computed += n
+            self._register(req, min(req.computed, req.prompt_len))
+            if req.computed < req.num_tokens:
+                continue
+            self.prefilling.remove(req)
+            req.generated += 1
+            req.pieces.append(end_s)
+            if req.generated >= req.output_len:
+                done.append(req)
+                self._retire(req, req.computed)
+            else:
+                self._start_decode(req, req.computed)
+        return done
+
+    def _retire(self, req: SimRequest, computed: int) -> None:
+        del self.running[req]
+        self._free(req, computed, keep_outputs=False)
+        req.state = DONE
+        self.finished.append(req)

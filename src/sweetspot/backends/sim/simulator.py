@@ -1,0 +1,335 @@
+"""The simulated trial: a configuration's start-up outcome, then the workload through the
+scheduler mirror on a simulated clock, emitting the same per-request records as the load
+generator.
+
+Time: the clock starts at 0 when the first request may be sent. A request reaches the engine
+half the front end's latency after it is sent and its tokens reach the client half of it after
+the step that produced them ends. The engine runs steps back to back while it has work and idles
+until the next arrival otherwise. A concurrency limit (``max_concurrency``) holds a request
+until an earlier one's last token arrived, as ``vllm bench serve --max-concurrency`` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import heapq
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from packaging.version import Version
+
+from sweetspot.backends.records import RequestRecord
+from sweetspot.backends.sim.cost import RooflineModel, StepShape, StepTimeModel
+from sweetspot.backends.sim.request import SimRequest
+from sweetspot.backends.sim.scheduler import Scheduler, SchedulerConfig
+from sweetspot.backends.sim.speculative import plan_speculation
+from sweetspot.engine.memory import MemoryEstimate, estimate_memory
+from sweetspot.engine.validate import validate_config
+from sweetspot.spec.hardware import Hardware
+from sweetspot.spec.knobs import ServingConfig, resolve_defaults
+from sweetspot.spec.model import ModelArch
+from sweetspot.spec.quant import Quantization
+from sweetspot.spec.requests import Request
+
+__all__ = ["SimFacts", "SimRun", "SimSetup", "simulate"]
+
+MAX_STEPS = 5_000_000  # a guard against a scheduler that stops making progress
+
+
+@dataclass(frozen=True, slots=True)
+class SimSetup:
+    """What the simulated server is: hardware, model, launch configuration, vLLM release."""
+
+    hardware: Hardware
+    arch: ModelArch
+    quant: Quantization
+    config: ServingConfig
+    version: Version
+    engine: str = "auto"  # "v1", "v0" (pre-V1 engine) or "auto" (v0 when multi-step is set)
+    spec_acceptance: float | None = None  # per-position acceptance; None = the method's default
+    cpu_kvcache_space_bytes: int | None = None  # VLLM_CPU_KVCACHE_SPACE on the CPU build
+
+
+@dataclass(frozen=True, slots=True)
+class SimFacts:
+    """What the server would report beside the client's records."""
+
+    kv_cache_tokens: int
+    num_blocks: int
+    max_concurrency: float  # requests of max_model_len that fit, as vLLM logs it
+    kv_log_line: str
+    peak_kv_usage: float  # fraction of blocks referenced at the fullest moment
+    preemptions: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    steps: int
+    compute_bound_steps: int | None  # None for a calibrated model (it cannot tell)
+    mean_batch: float  # requests per step
+    spec_draft_tokens: int
+    spec_accepted_tokens: int
+
+    @property
+    def prefix_hit_rate(self) -> float | None:
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries \
+            else None
+
+    @property
+    def compute_bound_share(self) -> float | None:
+        if self.compute_bound_steps is None or not self.steps:
+            return None
+        return self.compute_bound_steps / self.steps
+
+    @property
+    def spec_acceptance_rate(self) -> float | None:
+        return self.spec_accepted_tokens / self.spec_draft_tokens if self.spec_draft_tokens \
+            else None
+
+
+@dataclass(frozen=True, slots=True)
+class StepTrace:
+    """Per step (for calibration): start time, duration and shape."""
+
+    start_s: np.ndarray
+    duration_s: np.ndarray
+    shapes: tuple[StepShape, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SimRun:
+    status: str  # "ok", "oom" or "invalid"
+    cause: str | None  # vLLM's message for a failed start-up
+    records: tuple[RequestRecord, ...]
+    memory: MemoryEstimate | None
+    facts: SimFacts | None
+    config: ServingConfig  # with vLLM's defaults filled in
+    trace: StepTrace | None = None
+
+
+def _failed(status: str, cause: str, config: ServingConfig, memory=None) -> SimRun:
+    return SimRun(status, cause, (), memory, None, config)
+
+
+def simulate(
+    setup: SimSetup,
+    requests: Sequence[Request],
+    *,
+    max_concurrency: int | None = None,
+    model: StepTimeModel | None = None,
+    seed: int = 0,
+    trace: bool = False,
+    warmup: int = 1,
+) -> SimRun:
+    """Run ``requests`` through the simulated server ``setup`` describes.
+
+    ``model`` is the step-time model (default: the roofline of the catalog hardware);
+    ``seed`` drives the speculative acceptance draws; ``trace`` keeps every step's shape.
+    ``warmup`` copies of the first request run to completion before the clock starts, as the
+    test prompt ``vllm bench serve`` sends first: its prompt then sits in the prefix cache.
+    """
+    hw, arch, version = setup.hardware, setup.arch, setup.version
+    config = resolve_defaults(setup.config, version, hw, arch.max_position_embeddings)
+    errors = [p for p in validate_config(setup.config, version, hw, arch)
+              if p.severity == "error"]
+    if errors:
+        return _failed("invalid", "; ".join(p.message for p in errors), config)
+    spec = plan_speculation(config.speculative, arch, setup.spec_acceptance)
+    if isinstance(spec, str):
+        return _failed("invalid", spec, config)
+    memory = estimate_memory(arch, setup.quant, hw, config, version, draft=spec.draft_for_memory,
+                             cpu_kvcache_space_bytes=setup.cpu_kvcache_space_bytes)
+    if not memory.ok:
+        return _failed("oom", memory.failure, config, memory)
+    v0 = setup.engine == "v0" or (setup.engine == "auto" and (config.num_scheduler_steps or 1) > 1)
+    if model is None:
+        model = RooflineModel(
+            hw, arch, setup.quant, tensor_parallel_size=config.tensor_parallel_size,
+            kv_bytes_per_token=arch.kv_bytes_per_token(config.kv_cache_dtype,
+                                                       config.tensor_parallel_size),
+            enforce_eager=bool(config.enforce_eager), draft=spec.draft_for_cost,
+            cpu_drafting=spec.cpu_drafting, v0=v0)
+    sched_cfg = SchedulerConfig(
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        block_size=config.block_size,
+        num_blocks=memory.num_blocks,
+        chunked_prefill=bool(config.enable_chunked_prefill) and not v0,
+        long_prefill_threshold=config.long_prefill_token_threshold or 0,
+        prefix_caching=bool(config.enable_prefix_caching),
+        priority=config.scheduling_policy == "priority",
+        spec_tokens=spec.k,
+        v0=v0,
+        multi_step=config.num_scheduler_steps or 1 if v0 else 1,
+    )
+    rng = np.random.default_rng(seed)
+    scheduler = Scheduler(sched_cfg, spec.drawer(rng) if spec.k else None)
+    def new_loop(limit: int | None, keep_trace: bool) -> _Loop:
+        return _Loop(scheduler, model,
+                     async_scheduling=bool(config.async_scheduling) and not v0,
+                     max_model_len=config.max_model_len, max_concurrency=limit, trace=keep_trace)
+
+    loop = new_loop(max_concurrency, trace)
+    collecting = gc.isenabled()
+    gc.disable()  # the run allocates millions of small objects and frees none: skip GC passes
+    try:
+        if warmup and requests:
+            first = dataclasses.replace(requests[0], arrival_s=0.0)
+            new_loop(1, False).run([dataclasses.replace(first, request_id=-1 - i)
+                                    for i in range(warmup)])
+            scheduler.reset_stats()
+            loop = new_loop(max_concurrency, trace)
+        records = loop.run(requests)
+    finally:
+        if collecting:
+            gc.enable()
+    facts = SimFacts(
+        kv_cache_tokens=memory.kv_cache_tokens,
+        num_blocks=memory.num_blocks,
+        max_concurrency=memory.max_concurrency,
+        kv_log_line=memory.log_line(version),
+        peak_kv_usage=scheduler.pool.peak_used / max(1, memory.num_blocks),
+        preemptions=scheduler.preemptions,
+        prefix_cache_queries=scheduler.prefix_queries,
+        prefix_cache_hits=scheduler.prefix_hits,
+        steps=loop.steps,
+        compute_bound_steps=loop.compute_bound_steps,
+        mean_batch=loop.batch_sum / loop.steps if loop.steps else 0.0,
+        spec_draft_tokens=loop.spec_draft_tokens,
+        spec_accepted_tokens=loop.spec_accepted_tokens,
+    )
+    step_trace = None
+    if trace:
+        step_trace = StepTrace(np.asarray(loop.starts), np.asarray(loop.durations),
+                               tuple(loop.shapes))
+    return SimRun("ok", None, records, memory, facts, config, step_trace)
+
+
+class _Loop:
+    """The engine's main loop on a simulated clock, with the client's sends around it."""
+
+    def __init__(self, scheduler: Scheduler, model: StepTimeModel, *, async_scheduling: bool,
+                 max_model_len: int, max_concurrency: int | None, trace: bool) -> None:
+        self.scheduler, self.model = scheduler, model
+        self.async_scheduling = async_scheduling
+        self.max_model_len = max_model_len
+        self.limit = max_concurrency
+        self.half_latency = model.request_latency_s / 2
+        self.intake_s = model.request_intake_s
+        self._intake_free = 0.0  # when the API server can take the next request
+        self.trace = trace
+        self.steps = 0
+        self.batch_sum = 0
+        self.compute_bound_steps: int | None = 0
+        self.spec_draft_tokens = self.spec_accepted_tokens = 0
+        self.starts: list[float] = []
+        self.durations: list[float] = []
+        self.shapes: list[StepShape] = []
+        self.dtimes: list[float] = []  # end time of each decode step of this loop
+        self.first_dstep = scheduler.dnext
+
+    def run(self, requests: Sequence[Request]) -> tuple[RequestRecord, ...]:
+        sched = self.scheduler
+        all_reqs = [SimRequest(r.request_id, r.prompt_tokens, r.output_tokens, r.priority,
+                               r.arrival_s, r.prompt_token_ids, r.prefix_group)
+                    for r in requests]
+        pending = deque(sorted(all_reqs, key=lambda q: (q.scheduled_s, q.rid)))
+        upcoming: list[tuple[float, int, SimRequest]] = []  # (engine arrival, rid, request)
+        inflight = 0
+        rejected: list[SimRequest] = []
+
+        def dispatch(now: float) -> None:
+            nonlocal inflight
+            while pending and (self.limit is None or inflight < self.limit):
+                req = pending.popleft()
+                req.sent_s = max(req.scheduled_s, now)
+                req.slot_wait_s = req.sent_s - req.scheduled_s
+                # The API server takes requests one at a time (parsing, tokenisation, setup).
+                start = max(req.sent_s + self.half_latency, self._intake_free)
+                req.arrival_s = self._intake_free = start + self.intake_s
+                inflight += 1
+                heapq.heappush(upcoming, (req.arrival_s, req.rid, req))
+
+        def release(at: float) -> None:
+            nonlocal inflight
+            inflight -= 1
+            dispatch(at)
+
+        dispatch(0.0)
+        t = 0.0
+        while True:
+            while upcoming and upcoming[0][0] <= t:
+                _, _, req = heapq.heappop(upcoming)
+                if req.prompt_len + req.output_len > self.max_model_len:
+                    req.error = (
+                        f"HTTP 400: This model's maximum context length is {self.max_model_len}"
+                        f" tokens. However, you requested {req.prompt_len + req.output_len} "
+                        f"tokens ({req.prompt_len} in the messages, {req.output_len} in the "
+                        "completion).")
+                    rejected.append(req)
+                    release(req.arrival_s + self.half_latency)
+                    continue
+                sched.add(req)
+            if not sched.has_work:
+                if not upcoming:
+                    break
+                t = upcoming[0][0]
+                continue
+            plan = sched.schedule()
+            if plan is None:  # nothing fits although nothing runs: cannot happen after start-up
+                raise RuntimeError("simulated scheduler made no progress")
+            step = self.model.step_time(plan.shape, async_scheduling=self.async_scheduling,
+                                        cpu_scheduled=plan.cpu_scheduled)
+            if self.trace:
+                self.starts.append(t)
+                self.durations.append(step.duration_s)
+                self.shapes.append(plan.shape)
+            t += step.duration_s
+            self.steps += 1
+            self.batch_sum += plan.shape.num_seqs
+            if step.compute_bound is None:
+                self.compute_bound_steps = None
+            elif self.compute_bound_steps is not None and step.compute_bound:
+                self.compute_bound_steps += 1
+            if plan.decodes:
+                self.dtimes.append(t)
+            for _ in sched.complete(plan, t):
+                release(t + self.half_latency)
+            if self.steps > MAX_STEPS:
+                raise RuntimeError("simulation exceeded its step limit")
+        return self._records(sched.finished + rejected)
+
+    def _records(self, reqs: list[SimRequest]) -> tuple[RequestRecord, ...]:
+        # Decode steps before this loop (a warm-up's) have no times here: pad their indices.
+        dtimes = [0.0] * self.first_dstep + (
+            np.asarray(self.dtimes) + self.half_latency).tolist()
+        records: list[RequestRecord] = []
+        k = self.scheduler.cfg.spec_tokens
+        for req in sorted(reqs, key=lambda q: q.rid):
+            if req.error is not None:
+                records.append(RequestRecord(
+                    req.rid, req.scheduled_s, req.sent_s, (), None, req.prompt_len, 0,
+                    req.priority, req.prefix_group, req.error, req.slot_wait_s))
+                continue
+            times: list[float] = []
+            tokens = 0
+            for piece in req.pieces:
+                if isinstance(piece, float):
+                    times.append(piece + self.half_latency)
+                    tokens += 1
+                else:
+                    start, steps, emit = piece
+                    times.extend(dtimes[start:start + steps])
+                    if emit is None:
+                        tokens += steps
+                    else:
+                        emitted = int(emit[:steps].sum())
+                        tokens += emitted
+                        self.spec_draft_tokens += k * steps
+                        self.spec_accepted_tokens += emitted - steps
+            records.append(RequestRecord(
+                req.rid, req.scheduled_s, req.sent_s, tuple(times), times[-1], req.prompt_len,
+                tokens, req.priority, req.prefix_group, None, req.slot_wait_s))
+        return tuple(records)
+

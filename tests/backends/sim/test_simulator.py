@@ -1,0 +1,141 @@
+"""The scheduler mirror and the simulated clock, on hand-checkable cases (a linear step model
+with fixed step times)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from packaging.version import Version
+
+from sweetspot.backends.sim import SimSetup, simulate
+from sweetspot.backends.sim.cost import LinearStepModel
+from sweetspot.metrics.serve import compute_result
+from sweetspot.spec.hardware import GiB, load_hardware
+from sweetspot.spec.knobs import ServingConfig, SpeculativeConfig
+from sweetspot.spec.model import load_model
+from sweetspot.spec.requests import Request
+
+STEP = LinearStepModel((0.010, 0.0, 0.0, 0.0), 0.0)  # every step 10 ms, no front end
+ARCH = load_model("llama-3.1-8b").arch
+
+
+def setup(**config) -> SimSetup:
+    return SimSetup(load_hardware("h100"), ARCH, ARCH.default_quantization(),
+                    ServingConfig(**config), Version("0.33.0"))
+
+
+def req(i: int, prompt: int, output: int, at: float = 0.0, priority: int = 0,
+        prefix: tuple[int, ...] = ()) -> Request:
+    ids = prefix + tuple(1000 + 7 * i + j for j in range(prompt - len(prefix)))
+    return Request(i, at, ids, output, priority)
+
+
+def test_one_request_takes_one_step_per_token() -> None:
+    run = simulate(setup(), [req(0, 100, 10)], model=STEP, warmup=0)
+    (record,) = run.records
+    assert record.ok and record.output_tokens == 10 and len(record.chunk_times_s) == 10
+    assert record.ttft_s == pytest.approx(0.010)  # the whole prompt in the first step
+    assert record.e2el_s == pytest.approx(0.100)
+    assert record.tpot_s == pytest.approx(0.010)
+
+
+def test_long_prompt_is_prefilled_in_chunks_of_the_token_budget() -> None:
+    run = simulate(setup(max_num_batched_tokens=2048), [req(0, 5000, 2)], model=STEP, warmup=0)
+    assert run.records[0].ttft_s == pytest.approx(0.030)  # 2048 + 2048 + 904 tokens
+
+
+def test_max_num_seqs_caps_the_batch() -> None:
+    requests = [req(i, 50, 20) for i in range(8)]
+    run = simulate(setup(max_num_seqs=2), requests, model=STEP, warmup=0)
+    assert all(r.ok and r.output_tokens == 20 for r in run.records)
+    assert run.facts.mean_batch <= 2
+    ends = sorted(r.end_s for r in run.records)
+    assert ends[-1] == pytest.approx(4 * 0.200)  # four waves of two, 20 steps each
+
+
+def test_preemption_when_blocks_run_out_and_every_request_still_finishes() -> None:
+    # 64 blocks of 16 tokens; 8 requests that each grow to 300 tokens need 152 blocks.
+    config = {"kv_cache_memory_bytes": 64 * 16 * ARCH.kv_bytes_per_token(), "max_model_len": 1024}
+    requests = [req(i, 100, 200) for i in range(8)]
+    run = simulate(setup(**config), requests, model=STEP, warmup=0)
+    assert run.status == "ok" and run.facts.num_blocks == 64
+    assert run.facts.preemptions > 0
+    assert all(r.ok and r.output_tokens == 200 for r in run.records)
+    assert run.facts.peak_kv_usage == pytest.approx(1.0)
+
+
+def test_prefix_cache_hits_are_full_blocks_of_the_shared_prefix() -> None:
+    prefix = tuple(range(500, 500 + 64))  # four full blocks
+    requests = [req(0, 100, 5, prefix=prefix), req(1, 100, 5, at=1.0, prefix=prefix)]
+    run = simulate(setup(), requests, model=STEP, warmup=0)
+    assert run.facts.prefix_cache_hits == 64
+    assert run.facts.prefix_cache_queries == 200
+    off = simulate(setup(enable_prefix_caching=False), requests, model=STEP, warmup=0)
+    assert off.facts.prefix_cache_hits == 0
+
+
+def test_priority_admits_the_lower_value_first() -> None:
+    requests = [req(i, 50, 10, priority=10) for i in range(4)] + [req(4, 50, 10, priority=0)]
+    fcfs = simulate(setup(max_num_seqs=1), requests, model=STEP, warmup=0)
+    prio = simulate(setup(max_num_seqs=1, scheduling_policy="priority"), requests, model=STEP,
+                    warmup=0)
+    assert fcfs.records[4].ttft_s > prio.records[4].ttft_s
+    assert prio.records[4].ttft_s == pytest.approx(0.010)
+
+
+def test_requests_longer_than_max_model_len_fail_like_vllm() -> None:
+    run = simulate(setup(max_model_len=128), [req(0, 100, 50), req(1, 50, 10)], model=STEP,
+                   warmup=0)
+    bad, good = run.records
+    assert not bad.ok and "maximum context length is 128" in bad.error
+    assert good.ok
+
+
+def test_concurrency_limit_holds_requests_until_a_slot_frees() -> None:
+    requests = [req(i, 50, 10) for i in range(4)]
+    run = simulate(setup(), requests, max_concurrency=1, model=STEP, warmup=0)
+    sends = [r.sent_s for r in run.records]
+    assert sends == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    assert run.records[3].slot_wait_s == pytest.approx(0.3)
+
+
+def test_speculation_emits_several_tokens_per_chunk_and_exact_lengths() -> None:
+    spec = SpeculativeConfig("ngram", 4, prompt_lookup_max=4)
+    requests = [req(i, 100, 200) for i in range(4)]
+    run = simulate(dataclasses.replace(setup(speculative=spec), spec_acceptance=0.7), requests,
+                   model=STEP, warmup=0, seed=3)
+    assert all(r.output_tokens == 200 for r in run.records)
+    assert len(run.records[0].chunk_times_s) < 120  # ~2.8 tokens per step on average
+    assert run.facts.spec_acceptance_rate == pytest.approx(0.7 * (1 - 0.7**4) / (1 - 0.7) / 4,
+                                                           rel=0.15)
+
+
+def test_same_seed_same_records() -> None:
+    spec = SpeculativeConfig("ngram", 3)
+    requests = [req(i, 80, 60, at=i * 0.01) for i in range(20)]
+    a = simulate(setup(speculative=spec), requests, seed=7)
+    b = simulate(setup(speculative=spec), requests, seed=7)
+    assert a.records == b.records
+
+
+def test_startup_failures_are_trials_with_vllms_words() -> None:
+    oom = simulate(setup(gpu_memory_utilization=0.15), [req(0, 10, 2)])
+    assert oom.status == "oom" and "No available memory for the cache blocks" in oom.cause
+    too_long = simulate(setup(kv_cache_memory_bytes=1 * GiB, max_model_len=131072),
+                        [req(0, 10, 2)])
+    assert too_long.status == "oom" and "max seq len (131072)" in too_long.cause
+    invalid = simulate(setup(max_num_seqs=512, max_num_batched_tokens=256), [req(0, 10, 2)])
+    assert invalid.status == "invalid" and invalid.records == ()
+
+
+def test_kv_capacity_is_printed_as_vllm_prints_it() -> None:
+    run = simulate(setup(), [req(0, 10, 2)])
+    assert run.facts.kv_log_line.startswith("GPU KV cache size: ")
+    assert f"{run.facts.kv_cache_tokens:,} tokens" in run.facts.kv_log_line
+
+
+def test_records_feed_the_shared_metrics_function() -> None:
+    run = simulate(setup(), [req(i, 64, 32, at=i * 0.05) for i in range(10)])
+    result = compute_result(run.records)
+    assert result.completed == 10 and result.total_output_tokens == 320
