@@ -125,3 +125,47 @@ def test_testing_make_model_writes_a_servable_pair(tmp_path):
     bad = run_cli("testing", "make-model", str(tmp_path / "x"), "--hidden", "100",
                   "--heads", "3")
     assert bad.returncode == 2 and "multiple of heads" in bad.stderr
+
+
+def test_simulate_prints_the_bench_table_and_server_facts(tmp_path):
+    out = tmp_path / "sim.json"
+    result = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100", "--workload",
+                     "chat", "--num-requests", "200", "--rate", "8", "--set",
+                     "max_num_seqs=64", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    for label in ("Output token throughput", "KV cache capacity", "Peak KV cache usage",
+                  "Preemptions", "Prefix cache hit rate", "Steps bound by compute / memory",
+                  "GPU KV cache size: "):
+        assert label in result.stdout
+    data = json.loads(out.read_text())
+    assert data["status"] == "ok" and data["completed"] == 200
+    assert data["sweetspot"]["config"]["max_num_seqs"] == 64
+    assert 0 < data["simulator"]["prefix_cache_hit_rate"] < 1  # the chat preset's system prompt
+    assert data["simulator"]["step_model"] == "roofline"
+
+
+def test_simulate_a_config_vllm_refuses_is_a_failed_trial_not_an_error(tmp_path):
+    out = tmp_path / "sim.json"
+    result = run_cli("simulate", "--model", "llama-3.1-70b", "--gpu", "l4", "--num-requests",
+                     "5", "--json", str(out))
+    assert result.returncode == 1
+    assert "trial: oom" in result.stdout and "not enough GPU memory" in result.stdout
+    assert json.loads(out.read_text())["status"] == "oom"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--rate", "-3"), "--rate must be positive"),
+    (("--rate", "fast"), "--rate must be a number"),
+    (("--set", "max_num_sequences=4"), "unknown knob"),
+    (("--set", "max_num_seqs"), "expected knob=value"),
+    (("--set", "max_num_seqs=lots"), "bad value"),
+    (("--set", "gpu_memory_utilization=1.5"), "must be <= 1"),
+    (("--gpu", "tpu-v9"), "unknown"),
+    (("--workload", "missing.yaml"), ""),
+    (("--acceptance", "2"), "--acceptance"),
+])
+def test_simulate_bad_input_is_one_line_exit_2(args, message):
+    result = run_cli("simulate", "--num-requests", "5", *args)
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.startswith("error:") and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -26,7 +26,7 @@ from sweetspot.spec.loaders import load_workload
 from sweetspot.spec.model import model_names
 from sweetspot.spec.quant import load_quantization
 from sweetspot.spec.version import DEFAULT_VLLM_VERSION, parse_vllm_version
-from sweetspot.spec.workload import PRESETS, ArrivalSpec, workload_stats
+from sweetspot.spec.workload import PRESETS, ArrivalSpec, workload_stats, workload_to_dict
 
 app = typer.Typer(
     name="sweetspot",
@@ -254,7 +254,10 @@ def bench(
     data["sweetspot"] = {"url": url, "model": model, "workload": wl.name,
                          "num_requests": len(requests), "arrival": wl.arrival.process,
                          "rate": wl.arrival.rate, "max_concurrency": concurrency,
-                         "client_processes": run.processes}
+                         "client_processes": run.processes,
+                         # what `sweetspot calibrate` needs to draw the same requests again
+                         "workload_spec": workload_to_dict(wl),
+                         "seed": wl.seed if seed is None else seed, "vocab_size": vocab_size}
     if json_path is not None:
         try:
             json_path.write_text(json.dumps(data, indent=2))
@@ -322,6 +325,199 @@ def _print_result(measurement) -> None:
     _out.print(table)
     for error, count in measurement.errors[:5]:
         _out.print(f"  failed x{count}: {error}", markup=False)
+
+
+SettingsOpt = Annotated[list[str] | None, typer.Option(
+    "--set", help="knob=value, e.g. max_num_seqs=128 (repeatable).")]
+QuantOpt = Annotated[str | None, typer.Option(help="bf16, fp16, fp8, int8, awq, gptq "
+                                                   "(default: what the checkpoint is).")]
+CpuKvOpt = Annotated[float | None, typer.Option(
+    "--cpu-kvcache-space", min=0.01, help="VLLM_CPU_KVCACHE_SPACE in GiB (CPU build).")]
+
+
+def _sim_setup(model: str, gpu: str, quant: str | None, settings: list[str] | None,
+               vllm_version: str, cpu_kv_gib: float | None, acceptance: float | None = None):
+    from sweetspot.backends.sim import SimSetup
+    from sweetspot.spec.knobs import parse_settings
+    from sweetspot.spec.model import load_model
+
+    hardware = load_hardware(gpu)
+    resolved = load_model(model)
+    q = load_quantization(quant) if quant else (resolved.quantization
+                                                or resolved.arch.default_quantization())
+    if acceptance is not None and not 0 <= acceptance <= 1:
+        raise SweetspotError(f"--acceptance must be between 0 and 1, not {acceptance:g}")
+    return SimSetup(hardware, resolved.arch, q, parse_settings(settings or []),
+                    parse_vllm_version(vllm_version), spec_acceptance=acceptance,
+                    cpu_kvcache_space_bytes=int(cpu_kv_gib * GiB) if cpu_kv_gib else None)
+
+
+@app.command()
+def simulate(
+    model: ModelOpt = "qwen2.5-14b",
+    gpu: Annotated[str, typer.Option(help="GPU from the catalog.")] = "a100-80gb",
+    quant: QuantOpt = None,
+    workload: WorkloadOpt = "chat",
+    num_requests: Annotated[int | None, typer.Option(min=1)] = None,
+    rate: Annotated[str | None, typer.Option(help="Requests per second, or inf.")] = None,
+    concurrency: Annotated[int | None, typer.Option(min=1, help="Most requests in flight; "
+                                                         "alone it means a closed loop.")] = None,
+    settings: SettingsOpt = None,
+    vllm_version: VersionOpt = str(DEFAULT_VLLM_VERSION),
+    calibration: Annotated[Path | None, typer.Option(help="Calibration file from `sweetspot "
+                                                          "calibrate`.")] = None,
+    acceptance: Annotated[float | None, typer.Option(help="Speculative acceptance per "
+                                                          "position (0-1).")] = None,
+    cpu_kvcache_space: CpuKvOpt = None,
+    seed: Annotated[int | None, typer.Option()] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the result here.")
+                         ] = None,
+) -> int:
+    """Predict what `sweetspot bench` would measure for a configuration, without a GPU."""
+    from sweetspot.backends.sim import simulate as run_sim
+    from sweetspot.backends.sim.calibration import load_calibration
+    from sweetspot.metrics.run import Measurement
+    from sweetspot.metrics.serve import compute_result
+    from sweetspot.spec.requests import sample_requests
+
+    setup = _sim_setup(model, gpu, quant, settings, vllm_version, cpu_kvcache_space, acceptance)
+    step_model = None
+    if calibration is not None:
+        step_model = load_calibration(calibration, setup.hardware, setup.arch).step_model
+    wl = _override_arrivals(load_workload(workload), rate, concurrency, 1.0)
+    requests = sample_requests(wl, num_requests, seed=seed, vocab_size=setup.arch.vocab_size)
+    run = run_sim(setup, requests, max_concurrency=concurrency, model=step_model,
+                  seed=seed or 0)
+    data: dict = {"status": run.status, "cause": run.cause}
+    if run.status == "ok":
+        result = compute_result(run.records)
+        errors: dict[str, int] = {}
+        for record in run.records:
+            if record.error:
+                errors[record.error] = errors.get(record.error, 0) + 1
+        _print_result(Measurement(result, None, tuple(errors.items())))
+        _print_sim_facts(run)
+        data.update(result.to_dict())
+        facts = run.facts
+        data["simulator"] = {
+            "kv_cache_tokens": facts.kv_cache_tokens, "max_concurrency": facts.max_concurrency,
+            "peak_kv_usage": facts.peak_kv_usage, "preemptions": facts.preemptions,
+            "prefix_cache_hit_rate": facts.prefix_hit_rate,
+            "compute_bound_share": facts.compute_bound_share, "steps": facts.steps,
+            "mean_batch": facts.mean_batch, "spec_acceptance_rate": facts.spec_acceptance_rate,
+            "step_model": "calibrated" if step_model else "roofline"}
+    else:
+        _out.print(f"trial: {run.status} — {run.cause}", markup=False)
+    data["sweetspot"] = {"model": setup.arch.name, "gpu": setup.hardware.name,
+                         "quant": setup.quant.name, "vllm_version": str(setup.version),
+                         "workload": wl.name, "num_requests": len(requests),
+                         "config": {k: (v.to_dict() if hasattr(v, "to_dict") else v)
+                                    for k, v in run.config.explicit().items()}}
+    if json_path is not None:
+        try:
+            json_path.write_text(json.dumps(data, indent=2))
+        except OSError as exc:
+            raise SweetspotError(f"cannot write {json_path}: {exc}") from None
+    return 0 if run.status == "ok" else 1
+
+
+def _print_sim_facts(run) -> None:
+    facts, memory = run.facts, run.memory
+    table = Table(title="Simulated server", show_header=False)
+    table.add_column("fact")
+    table.add_column("value", justify="right")
+    share = facts.compute_bound_share
+    rows = [
+        ("KV cache capacity (tokens)", f"{facts.kv_cache_tokens:,}"),
+        (f"Max concurrency at {memory.max_model_len:,} tokens", f"{facts.max_concurrency:.2f}x"),
+        ("Peak KV cache usage", f"{facts.peak_kv_usage:.1%}"),
+        ("Preemptions", f"{facts.preemptions}"),
+        ("Prefix cache hit rate",
+         "-" if facts.prefix_hit_rate is None else f"{facts.prefix_hit_rate:.1%}"),
+        ("Steps bound by compute / memory",
+         "n/a (calibrated)" if share is None else f"{share:.0%} / {1 - share:.0%}"),
+        ("Steps, mean batch", f"{facts.steps:,}, {facts.mean_batch:.1f}"),
+    ]
+    if facts.spec_acceptance_rate is not None:
+        rows.append(("Spec decode acceptance", f"{facts.spec_acceptance_rate:.1%}"))
+    for label, value in rows:
+        table.add_row(label, value)
+    _out.print(table)
+    _out.print(facts.kv_log_line, markup=False)
+
+
+@app.command()
+def calibrate(
+    results: Annotated[list[Path] | None, typer.Argument(
+        help="Result JSONs of `sweetspot bench --json` against the server.")] = None,
+    model: ModelOpt = "qwen2.5-14b",
+    gpu: Annotated[str, typer.Option(help="GPU from the catalog.")] = "a100-80gb",
+    quant: QuantOpt = None,
+    settings: SettingsOpt = None,
+    vllm_version: VersionOpt = str(DEFAULT_VLLM_VERSION),
+    cpu_kvcache_space: CpuKvOpt = None,
+    url: Annotated[str | None, typer.Option(help="Benchmark this live server with a short "
+                                                 "built-in profile instead.")] = None,
+    profile_requests: Annotated[int, typer.Option(min=8, help="Requests per profile run.")
+                                ] = 96,
+    workload: Annotated[str | None, typer.Option(help="Lengths for the profile runs (preset "
+                                                      "or file); default: a built-in mix.")
+                        ] = None,
+    vocab_size: Annotated[int, typer.Option(help="Prompt token ids are drawn below this "
+                                                 "(profile).")] = 32_000,
+    out: Annotated[Path, typer.Option(help="Calibration file to write.")] = Path(
+        "calibration.json"),
+) -> int:
+    """Fit the simulator's step-time model to measured runs of one hardware + model, so
+    `sweetspot simulate --calibration FILE` predicts that server."""
+    from sweetspot.backends.sim import simulate as run_sim
+    from sweetspot.backends.sim.calibration import (
+        Calibration,
+        model_fingerprint,
+        observation_from_bench,
+        profile_server,
+        save_calibration,
+    )
+    from sweetspot.backends.sim.cost import RooflineModel
+    from sweetspot.backends.sim.fit import fit_step_model
+
+    setup = _sim_setup(model, gpu, quant, settings, vllm_version, cpu_kvcache_space)
+    loaded: list[tuple[str, dict]] = []
+    for path in results or []:
+        try:
+            loaded.append((str(path), json.loads(path.read_text())))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SweetspotError(f"cannot read {path}: {exc}") from None
+    if url is not None:
+        loaded += profile_server(url, profile_requests, vocab_size,
+                                 workload=load_workload(workload) if workload else None)
+    if not loaded:
+        raise SweetspotError("give result JSONs of `sweetspot bench --json` or --url")
+    observations = [observation_from_bench(data, label) for label, data in loaded]
+    start = RooflineModel(setup.hardware, setup.arch, setup.quant)
+
+    def simulate_run(requests, concurrency, step_model):
+        run = run_sim(setup, requests, max_concurrency=concurrency, model=step_model,
+                      trace=True)
+        if run.status != "ok":
+            raise SweetspotError(f"the server configuration cannot start: {run.cause}")
+        return run
+
+    report = fit_step_model(observations, simulate_run, start)
+    fitted = tuple({"run": run, "metric": metric, "measured": measured,
+                    "predicted": predicted} for run, metric, measured, predicted in report.rows)
+    save_calibration(out, Calibration(setup.hardware.name, setup.arch.name,
+                                      model_fingerprint(setup.arch), str(setup.version),
+                                      report.model, fitted))
+    table = Table(title=f"calibration ({report.iterations} iterations) -> {out}")
+    for column in ("run", "metric", "measured", "fitted", "error"):
+        table.add_column(column)
+    for row in fitted:
+        table.add_row(Path(row["run"]).name, row["metric"], f"{row['measured']:.2f}",
+                      f"{row['predicted']:.2f}",
+                      f"{row['predicted'] / row['measured'] - 1:+.1%}")
+    _out.print(table)
+    return 0
 
 
 @app.command("mock-server")

@@ -1,0 +1,167 @@
+"""Calibration files: a fitted ``LinearStepModel`` for one hardware + model, and the measured
+runs it was fitted on (``sweetspot bench --json`` results) turned into ``Observation``s.
+
+A calibration only describes the hardware and model it was measured on: loading it for another
+model (compared by architecture, not by name, so a local folder and its catalog twin match) or
+another hardware entry is an error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sweetspot._errors import SweetspotError
+from sweetspot.backends.sim.cost import LINEAR_FEATURES, LinearStepModel
+from sweetspot.backends.sim.fit import FIT_METRICS, Observation
+from sweetspot.spec.hardware import Hardware
+from sweetspot.spec.model import ModelArch
+from sweetspot.spec.requests import sample_requests
+from sweetspot.spec.workload import WorkloadSpec, validate_workload
+
+__all__ = ["Calibration", "load_calibration", "model_fingerprint", "observation_from_bench",
+           "save_calibration"]
+
+FORMAT = "sweetspot-calibration/1"
+_SHAPE_FIELDS = ("num_layers", "hidden_size", "intermediate_size", "num_heads", "num_kv_heads",
+                 "head_dim", "vocab_size", "num_experts")
+
+
+def model_fingerprint(arch: ModelArch) -> dict[str, int]:
+    return {name: int(getattr(arch, name)) for name in _SHAPE_FIELDS}
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    hardware: str
+    model: str
+    fingerprint: dict[str, int]
+    vllm_version: str
+    step_model: LinearStepModel
+    fitted_on: tuple[dict[str, Any], ...]  # per statistic: run, metric, measured, predicted
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "hardware": self.hardware,
+            "model": self.model,
+            "fingerprint": self.fingerprint,
+            "vllm_version": self.vllm_version,
+            "features": list(LINEAR_FEATURES),
+            "coefficients_s": list(self.step_model.coefficients),
+            "request_latency_s": self.step_model.request_latency_s,
+            "fitted_on": list(self.fitted_on),
+        }
+
+
+def save_calibration(path: Path, calibration: Calibration) -> None:
+    try:
+        path.write_text(json.dumps(calibration.to_dict(), indent=2) + "\n")
+    except OSError as exc:
+        raise SweetspotError(f"cannot write {path}: {exc}") from None
+
+
+def load_calibration(path: Path, hardware: Hardware, arch: ModelArch) -> Calibration:
+    """Read a calibration file and check it describes ``hardware`` and ``arch``."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SweetspotError(f"cannot read calibration {path}: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise SweetspotError(f"{path} is not a sweetspot calibration file ({FORMAT})")
+    try:
+        coefficients = tuple(float(v) for v in data["coefficients_s"])
+        latency = float(data["request_latency_s"])
+        fingerprint = {k: int(v) for k, v in data["fingerprint"].items()}
+        cal = Calibration(str(data["hardware"]), str(data["model"]), fingerprint,
+                          str(data.get("vllm_version", "")),
+                          LinearStepModel(coefficients, latency),
+                          tuple(data.get("fitted_on", ())))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SweetspotError(f"malformed calibration {path}: {exc}") from None
+    if len(coefficients) != len(LINEAR_FEATURES) or any(c < 0 for c in coefficients):
+        raise SweetspotError(f"malformed calibration {path}: expected {len(LINEAR_FEATURES)} "
+                             "non-negative coefficients")
+    if cal.fingerprint != model_fingerprint(arch):
+        raise SweetspotError(f"calibration {path} was measured on model {cal.model!r}, not on "
+                             f"{arch.name!r} (a different architecture)")
+    if cal.hardware != hardware.name:
+        raise SweetspotError(f"calibration {path} was measured on {cal.hardware!r}, not on "
+                             f"{hardware.name!r}")
+    return cal
+
+
+def observation_from_bench(data: Mapping[str, Any], label: str) -> Observation:
+    """A ``sweetspot bench --json`` result as a fitting observation: its requests are drawn again
+    from the workload spec, seed and vocabulary the result records."""
+    meta = data.get("sweetspot") if isinstance(data, Mapping) else None
+    if not isinstance(meta, Mapping) or "workload_spec" not in meta:
+        raise SweetspotError(f"{label}: not a result of `sweetspot bench --json` with its "
+                             "workload (rerun the benchmark with this version of sweetspot)")
+    try:
+        spec = validate_workload(dict(meta["workload_spec"]), label)
+        requests = tuple(sample_requests(spec, int(meta["num_requests"]),
+                                         seed=int(meta["seed"]),
+                                         vocab_size=int(meta["vocab_size"])))
+        measured = {k: float(data[k]) for k in FIT_METRICS if k in data}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SweetspotError(f"{label}: malformed bench result: {exc}") from None
+    if int(data.get("failed", 0)):
+        raise SweetspotError(f"{label}: {data['failed']} requests failed in that run; "
+                             "calibrate on clean runs")
+    saturated = spec.arrival.process in ("inf", "closed")
+    return Observation(label, requests, meta.get("max_concurrency"), measured, saturated)
+
+
+# The built-in profile: batch sizes from 1 to saturation, and one open-loop rate in between.
+PROFILE_WORKLOAD = {
+    "name": "calibration-profile",
+    "prompt": {"kind": "uniform", "low": 64, "high": 512},
+    "output": {"kind": "uniform", "low": 32, "high": 160},
+}
+
+
+def profile_server(url: str, num_requests: int, vocab_size: int, seed: int = 1000,
+                   workload: WorkloadSpec | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """Benchmark a live server with the built-in profile; results as ``bench --json`` writes
+    them. Runs: closed loops of 1, 4 and 16 requests, rate inf (batches up to the server's
+    max-num-seqs), then Poisson at half the rate inf reached. Each run draws fresh prompts (a
+    new seed), so the prefix cache cannot help. Calibrate on the configuration with the largest
+    batches you will simulate: predicting smaller batches interpolates, larger extrapolates."""
+    import asyncio
+    import dataclasses
+
+    from sweetspot.backends.endpoint import run_endpoint
+    from sweetspot.backends.loadgen import LoadConfig, check_server
+    from sweetspot.metrics.run import measure
+    from sweetspot.spec.workload import ArrivalSpec, workload_to_dict
+
+    served = asyncio.run(check_server(url))
+    if not served:
+        raise SweetspotError(f"{url} serves no model")
+    base = workload or validate_workload(dict(PROFILE_WORKLOAD), "profile")
+
+    def one(label: str, arrival: ArrivalSpec, n: int, concurrency: int | None, run_seed: int):
+        wl = dataclasses.replace(base, arrival=arrival)
+        requests = sample_requests(wl, n, seed=run_seed, vocab_size=vocab_size)
+        config = LoadConfig(base_url=url, model=served[0], max_concurrency=concurrency)
+        data = measure(run_endpoint(requests, config, scrape_interval_s=0)).to_dict()
+        data["sweetspot"] = {"url": url, "workload_spec": workload_to_dict(wl),
+                             "num_requests": n, "seed": run_seed, "vocab_size": vocab_size,
+                             "max_concurrency": concurrency}
+        return f"{url} {label}", data
+
+    runs = [one("closed 1", ArrivalSpec(process="closed", concurrency=1),
+                max(8, num_requests // 4), 1, seed),
+            one("closed 4", ArrivalSpec(process="closed", concurrency=4),
+                max(8, num_requests // 2), 4, seed + 1),
+            one("closed 16", ArrivalSpec(process="closed", concurrency=16),
+                max(8, num_requests // 2), 16, seed + 2),
+            one("rate inf", ArrivalSpec(process="inf"), num_requests, None, seed + 3)]
+    rate = max(0.1, runs[-1][1]["request_throughput"] / 2)
+    runs.append(one(f"poisson {rate:.2f}", ArrivalSpec(process="poisson", rate=rate),
+                    num_requests // 2, None, seed + 4))
+    return runs

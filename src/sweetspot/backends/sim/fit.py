@@ -1,0 +1,148 @@
+"""Fitting a calibrated step-time model (``LinearStepModel``) to measured runs.
+
+A run's duration, its requests' TPOTs and TTFTs are sums of the durations of the steps they span,
+and every step's duration is linear in the coefficients (``cost.features``). So, for a fixed
+simulated trajectory (which steps ran, with which shapes, which request spans which steps), each
+measured statistic is one linear equation in the coefficients:
+
+- duration of a saturated run  = sum of all step durations + the front end's latency once
+  per idle gap (a closed loop waits one round trip between requests) and once overall;
+- mean TPOT  = mean over requests of (sum of durations of its decode steps) / (tokens - 1);
+- median TPOT = the same for the request whose simulated TPOT is the median;
+- mean TTFT  = mean over requests of (the rest of the step running when it arrived + the
+  durations up to its first token's step) + the front end's latency.
+
+The trajectory itself depends on the coefficients (batches form differently when steps are
+slower), so fitting alternates: simulate with the current model, solve the equations by least
+squares (relative errors, non-negative coefficients: scipy's NNLS), repeat until the
+coefficients settle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import nnls
+
+from sweetspot._errors import SweetspotError
+from sweetspot.backends.sim.cost import LinearStepModel, StepTimeModel, features
+from sweetspot.backends.sim.simulator import SimRun
+from sweetspot.spec.requests import Request
+
+__all__ = ["FIT_METRICS", "FitReport", "Observation", "fit_step_model"]
+
+FIT_METRICS = ("duration", "mean_tpot_ms", "median_tpot_ms", "mean_ttft_ms")
+_MAX_ITERATIONS = 12
+_TOLERANCE = 0.002
+_DAMPING = 0.5  # relative change of every coefficient that ends the iteration
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One measured run: the requests as sent, and what was measured (``FIT_METRICS`` keys;
+    duration in seconds, latencies in ms as ``vllm bench serve`` writes them)."""
+
+    label: str
+    requests: tuple[Request, ...]
+    max_concurrency: int | None
+    measured: dict[str, float]
+    saturated: bool  # every request sent at t=0 (rate inf / closed loop): duration is informative
+
+
+@dataclass(frozen=True, slots=True)
+class FitReport:
+    model: LinearStepModel
+    iterations: int
+    rows: tuple[tuple[str, str, float, float], ...]  # (run, metric, measured, predicted)
+
+
+Simulate = Callable[[Sequence[Request], int | None, StepTimeModel], SimRun]
+
+
+def _rows(run: SimRun, obs: Observation, half: float) -> list[tuple[str, np.ndarray, float]]:
+    """(metric, coefficients row incl. the latency column, measured value in s)."""
+    trace = run.trace
+    if trace is None or not len(trace.duration_s):
+        raise SweetspotError(f"run {obs.label!r}: the simulation ran no step")
+    x = np.asarray([features(s) for s in trace.shapes])  # steps x features
+    ends = trace.start_s + trace.duration_s
+    cum = np.vstack([np.zeros(x.shape[1]), np.cumsum(x, axis=0)])  # cum[i] = sum of x[:i]
+    ok = [r for r in run.records if r.ok]  # token times are step ends + half the latency
+
+    def step_of(t: float) -> int:
+        return int(np.clip(np.searchsorted(ends, t - half - 1e-9), 0, len(ends) - 1))
+
+    rows: list[tuple[str, np.ndarray, float]] = []
+    m = obs.measured
+    if obs.saturated and "duration" in m:
+        # Idle gaps of a saturated run are front-end round trips (a closed loop of one waits
+        # one latency between requests); the run's end adds half of one, its start another.
+        gaps = int(np.count_nonzero(trace.start_s[1:] > ends[:-1] + 1e-9))
+        rows.append(("duration", np.append(cum[-1], 1.0 + gaps), m["duration"]))
+    tpot_rows, tpots = [], []
+    for r in ok:
+        if r.output_tokens > 1:
+            first, last = step_of(r.chunk_times_s[0]), step_of(r.chunk_times_s[-1])
+            tpot_rows.append((cum[last + 1] - cum[first + 1]) / (r.output_tokens - 1))
+            tpots.append(r.tpot_s)
+    if tpot_rows and "mean_tpot_ms" in m:
+        rows.append(("mean_tpot_ms", np.append(np.mean(tpot_rows, axis=0), 0.0),
+                     m["mean_tpot_ms"] / 1000))
+    if tpot_rows and "median_tpot_ms" in m:
+        median = int(np.argsort(tpots)[len(tpots) // 2])
+        rows.append(("median_tpot_ms", np.append(tpot_rows[median], 0.0),
+                     m["median_tpot_ms"] / 1000))
+    if ok and "mean_ttft_ms" in m:
+        ttft_rows = []
+        for r in ok:
+            arrival = r.sent_s + half
+            first = step_of(r.chunk_times_s[0])
+            began = int(np.searchsorted(trace.start_s, arrival - 1e-12))  # first step after
+            row = cum[first + 1] - cum[min(began, first)]
+            if 0 < began <= first and ends[began - 1] > arrival:  # rest of the running step
+                frac = (ends[began - 1] - arrival) / trace.duration_s[began - 1]
+                row = row + frac * x[began - 1]
+            ttft_rows.append(np.append(row, 1.0))
+        rows.append(("mean_ttft_ms", np.mean(ttft_rows, axis=0), m["mean_ttft_ms"] / 1000))
+    return rows
+
+
+def fit_step_model(observations: Sequence[Observation], simulate_run: Simulate,
+                   start: StepTimeModel) -> FitReport:
+    """Fit a ``LinearStepModel`` to ``observations``. ``simulate_run(requests, concurrency,
+    model)`` simulates one run (with ``trace=True``); ``start`` is the first trajectory's model."""
+    if not observations:
+        raise SweetspotError("calibration needs at least one measured run")
+    model: StepTimeModel = start
+    previous: np.ndarray | None = None
+    iterations = 0
+    for iterations in range(1, _MAX_ITERATIONS + 1):  # noqa: B007 (reported below)
+        equations = []
+        for obs in observations:
+            run = simulate_run(obs.requests, obs.max_concurrency, model)
+            equations += _rows(run, obs, model.request_latency_s / 2)
+        if len(equations) < 2:
+            raise SweetspotError("the measured runs give too few statistics to calibrate on")
+        a = np.asarray([row / value for _, row, value in equations])
+        b = np.ones(len(equations))
+        # Scale columns so the solver sees comparable magnitudes.
+        scale = np.maximum(np.abs(a).max(axis=0), 1e-12)
+        solution = nnls(a / scale, b)[0] / scale
+        if previous is not None:  # damped: the trajectory reacts to the coefficients
+            solution = _DAMPING * solution + (1 - _DAMPING) * previous
+        model = LinearStepModel(tuple(float(v) for v in solution[:-1]), float(solution[-1]))
+        if previous is not None and np.all(
+                np.abs(solution - previous) <= _TOLERANCE * np.maximum(np.abs(previous), 1e-9)):
+            break
+        previous = solution
+    rows = []
+    for obs in observations:
+        run = simulate_run(obs.requests, obs.max_concurrency, model)
+        for metric, row, value in _rows(run, obs, model.request_latency_s / 2):
+            scale = 1.0 if metric == "duration" else 1000.0
+            rows.append((obs.label, metric, value * scale, float(row @ np.append(
+                model.coefficients, model.request_latency_s)) * scale))
+    return FitReport(model, iterations, tuple(rows))
+

@@ -1,0 +1,117 @@
+"""Calibration: fitting the linear step model, the calibration file, and their errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from sweetspot.backends.sim import SimSetup, simulate
+from sweetspot.backends.sim.calibration import PROFILE_WORKLOAD
+from sweetspot.backends.sim.cost import LinearStepModel
+from sweetspot.metrics.serve import compute_result
+from sweetspot.spec.hardware import GiB, load_hardware
+from sweetspot.spec.knobs import ServingConfig
+from sweetspot.spec.model import load_model
+from sweetspot.spec.requests import sample_requests
+from sweetspot.spec.workload import ArrivalSpec, validate_workload, workload_to_dict
+from sweetspot.testing.tiny_model import make_tiny_model
+from tests.conftest import run_cli
+
+# A made-up "real server": 4 ms per step, 0.6 ms per sequence, 20 us per token, 50 ms front end.
+TRUTH = LinearStepModel((0.004, 0.0006, 0.00002, 0.00001), 0.05)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny")).model_dir
+
+
+def _measure(model_dir: Path, seqs: int, arrival: ArrivalSpec, n: int, seed: int,
+             concurrency: int | None = None) -> dict:
+    """What `sweetspot bench --json` would have written against the made-up server."""
+    arch = load_model(str(model_dir)).arch
+    setup = SimSetup(load_hardware("cpu"), arch, arch.default_quantization(),
+                     ServingConfig(max_num_seqs=seqs), Version("0.32.0"),
+                     cpu_kvcache_space_bytes=2 * GiB)
+    wl = dataclasses.replace(validate_workload(dict(PROFILE_WORKLOAD), "t"), arrival=arrival)
+    requests = sample_requests(wl, n, seed=seed, vocab_size=arch.vocab_size)
+    run = simulate(setup, requests, max_concurrency=concurrency, model=TRUTH)
+    data = compute_result(run.records).to_dict()
+    data["sweetspot"] = {"workload_spec": workload_to_dict(wl), "num_requests": n,
+                         "seed": seed, "vocab_size": arch.vocab_size,
+                         "max_concurrency": concurrency}
+    return data
+
+
+def _common(model_dir: Path, seqs: int) -> list[str]:
+    return ["--model", str(model_dir), "--gpu", "cpu", "--vllm-version", "0.32.0",
+            "--cpu-kvcache-space", "2", "--set", f"max_num_seqs={seqs}"]
+
+
+def test_fit_recovers_a_known_server_and_predicts_another_config(
+    tiny_dir: Path, tmp_path: Path
+) -> None:
+    runs = [("c1", ArrivalSpec(process="closed", concurrency=1), 24, 1),
+            ("c4", ArrivalSpec(process="closed", concurrency=4), 48, 4),
+            ("inf", ArrivalSpec(process="inf"), 96, None),
+            ("poisson", ArrivalSpec(process="poisson", rate=4), 48, None)]
+    paths = []
+    for i, (label, arrival, n, conc) in enumerate(runs):
+        path = tmp_path / f"{label}.json"
+        path.write_text(json.dumps(_measure(tiny_dir, 16, arrival, n, 10 + i, conc)))
+        paths.append(str(path))
+    out = tmp_path / "cal.json"
+    result = run_cli("calibrate", *paths, *_common(tiny_dir, 16), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    cal = json.loads(out.read_text())
+    assert all(abs(r["predicted"] / r["measured"] - 1) < 0.02 for r in cal["fitted_on"])
+    # A configuration it never saw: max-num-seqs 64 at rate inf.
+    truth = _measure(tiny_dir, 64, ArrivalSpec(process="inf"), 96, 77)
+    predicted = tmp_path / "p.json"
+    workload = tmp_path / "wl.json"
+    workload.write_text(json.dumps(PROFILE_WORKLOAD))
+    sim = run_cli("simulate", *_common(tiny_dir, 64), "--workload", str(workload),
+                  "--num-requests", "96", "--rate", "inf", "--seed", "77",
+                  "--calibration", str(out), "--json", str(predicted))
+    assert sim.returncode == 0, sim.stderr
+    got = json.loads(predicted.read_text())
+    assert got["simulator"]["step_model"] == "calibrated"
+    for key in ("output_throughput", "median_tpot_ms"):
+        assert got[key] == pytest.approx(truth[key], rel=0.05), key
+
+
+def test_a_calibration_for_another_model_is_refused(tiny_dir: Path, tmp_path: Path) -> None:
+    path = tmp_path / "inf.json"
+    path.write_text(json.dumps(_measure(tiny_dir, 16, ArrivalSpec(process="inf"), 32, 1)))
+    out = tmp_path / "cal.json"
+    assert run_cli("calibrate", str(path), *_common(tiny_dir, 16), "--out",
+                   str(out)).returncode == 0
+    other = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "cpu", "--calibration",
+                    str(out), "--num-requests", "5")
+    assert other.returncode == 2
+    assert "was measured on model" in other.stderr and len(other.stderr.splitlines()) == 1
+    gpu = run_cli("simulate", "--model", str(tiny_dir), "--gpu", "h100", "--calibration",
+                  str(out), "--num-requests", "5")
+    assert gpu.returncode == 2 and "was measured on 'cpu'" in gpu.stderr
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"format": "other"}',
+                                     '{"format": "sweetspot-calibration/1"}'])
+def test_malformed_calibration_files(tiny_dir: Path, tmp_path: Path, content: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    result = run_cli("simulate", "--model", str(tiny_dir), "--gpu", "cpu", "--calibration",
+                     str(path), "--num-requests", "5")
+    assert result.returncode == 2 and result.stderr.startswith("error: ")
+
+
+def test_calibrate_needs_bench_results_with_their_workload(tmp_path: Path) -> None:
+    assert run_cli("calibrate").returncode == 2
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"duration": 1.0, "sweetspot": {"workload": "chat"}}))
+    result = run_cli("calibrate", str(path), "--model", "llama-3.1-8b", "--gpu", "h100")
+    assert result.returncode == 2 and "workload" in result.stderr
