@@ -75,7 +75,11 @@ def test_sharded_over_processes():
     assert run.processes == 2
     assert [r.request_id for r in run.records] == list(range(60))
     assert all(r.ok for r in run.records)
-    assert max(abs(r.client_lag_s) for r in run.records) < 0.05
+    # On time (both shards start on one t0). The bound on the worst request is loose: a busy
+    # 2-vCPU VM stalls a process now and then (seen 63 ms once); timing itself is benchmarked.
+    lags = sorted(abs(r.client_lag_s) for r in run.records)
+    assert lags[len(lags) // 2] < 0.01
+    assert lags[-1] < 0.15
 
 
 def test_server_errors_and_dropped_streams_are_recorded():
