@@ -157,25 +157,24 @@ def _p8_runs() -> tuple[Run, ...]:
     )
 
 
+def _perf_update_blog(case_id: str, gpu: str, req_s: float, tpot_2_ms: float,
+                      tpot_32_ms: float) -> PublicCase:
+    """P1/P2: Llama-3-8B, 0.6.0 multi-step 10, ShareGPT 500 prompts at rate inf, 2 and 32/s."""
+    runs = (Run("rate inf", sharegpt_like(202, 179), 500,
+                (Check("request_throughput", req_s),)),
+            *(Run(f"{rate} req/s", sharegpt_like(202, 179, rate=rate), 500,
+                  (Check("median_tpot_ms", tpot),))
+              for rate, tpot in ((2, tpot_2_ms), (32, tpot_32_ms))))
+    return PublicCase(case_id, gpu, "llama-3-8b", "0.6.0", _v0(8192, num_scheduler_steps=10),
+                      runs, engine="v0", source="vLLM blog 'perf update' (2024-09-05)")
+
+
 def _cases() -> tuple[PublicCase, ...]:
     sharegpt = sharegpt_like(202, 179)
-    blog = "vLLM blog 'perf update' (2024-09-05)"
     lambda_ = "LambdaLabsML/vllm-benchmark"
     return (
-        PublicCase("P1", "h100", "llama-3-8b", "0.6.0", _v0(8192, num_scheduler_steps=10), (
-            Run("rate inf", sharegpt, 500, (Check("request_throughput", 37.0),)),
-            Run("2 req/s", sharegpt_like(202, 179, rate=2), 500,
-                (Check("median_tpot_ms", 8.0),)),
-            Run("32 req/s", sharegpt_like(202, 179, rate=32), 500,
-                (Check("median_tpot_ms", 13.5),)),
-        ), engine="v0", source=blog),
-        PublicCase("P2", "a100-80gb", "llama-3-8b", "0.6.0", _v0(8192, num_scheduler_steps=10), (
-            Run("rate inf", sharegpt, 500, (Check("request_throughput", 19.0),)),
-            Run("2 req/s", sharegpt_like(202, 179, rate=2), 500,
-                (Check("median_tpot_ms", 13.0),)),
-            Run("32 req/s", sharegpt_like(202, 179, rate=32), 500,
-                (Check("median_tpot_ms", 40.0),)),
-        ), engine="v0", source=blog),
+        _perf_update_blog("P1", "h100", 37.0, 8.0, 13.5),
+        _perf_update_blog("P2", "a100-80gb", 19.0, 13.0, 40.0),
         PublicCase("P3", "h100", "llama-3.1-8b", "0.6.0",
                    _v0(2048, num_scheduler_steps=10), (
             Run("rate inf", sharegpt, 5000,
