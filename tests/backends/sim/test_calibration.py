@@ -115,3 +115,29 @@ def test_calibrate_needs_bench_results_with_their_workload(tmp_path: Path) -> No
     path.write_text(json.dumps({"duration": 1.0, "sweetspot": {"workload": "chat"}}))
     result = run_cli("calibrate", str(path), "--model", "llama-3.1-8b", "--gpu", "h100")
     assert result.returncode == 2 and "workload" in result.stderr
+
+
+def test_calibrate_a_live_server_with_the_built_in_profile(tiny_dir: Path, tmp_path: Path
+                                                           ) -> None:
+    """The --url profile against the mock server (a batch-independent 4 ms between tokens):
+    the fitted model then predicts that TPOT for a configuration it did not see."""
+    from sweetspot.testing.mock_server import MockServerConfig, start_mock_server
+
+    out = tmp_path / "cal.json"
+    workload = tmp_path / "short.json"
+    workload.write_text(json.dumps({"prompt": {"kind": "uniform", "low": 16, "high": 64},
+                                    "output": {"kind": "uniform", "low": 16, "high": 48}}))
+    with start_mock_server(MockServerConfig(ttft_s=0.02, itl_s=0.004)) as url:
+        result = run_cli("calibrate", "--url", url, "--profile-requests", "24", "--workload",
+                         str(workload), "--vocab-size", "4096", *_common(tiny_dir, 16),
+                         "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    cal = json.loads(out.read_text())
+    assert {Path(r["run"]).name.split(" ", 1)[-1] for r in cal["fitted_on"]} >= {
+        "closed 1", "closed 4", "closed 16", "rate inf"}
+    predicted = tmp_path / "p.json"
+    sim = run_cli("simulate", *_common(tiny_dir, 64), "--workload", str(workload),
+                  "--num-requests", "40", "--rate", "5", "--calibration", str(out),
+                  "--json", str(predicted))
+    assert sim.returncode == 0, sim.stderr
+    assert json.loads(predicted.read_text())["median_tpot_ms"] == pytest.approx(4.0, rel=0.25)
