@@ -138,7 +138,7 @@ def simulate(
     spec = plan_speculation(config.speculative, arch, setup.spec_acceptance)
     if isinstance(spec, str):
         return _failed("invalid", spec, config)
-    memory = estimate_memory(arch, setup.quant, hw, config, version, draft=spec.draft_for_memory,
+    memory = estimate_memory(arch, setup.quant, hw, config, version, draft=spec.draft,
                              cpu_kvcache_space_bytes=setup.cpu_kvcache_space_bytes)
     if not memory.ok:
         return _failed("oom", memory.failure, config, memory)
@@ -148,7 +148,7 @@ def simulate(
             hw, arch, setup.quant, tensor_parallel_size=config.tensor_parallel_size,
             kv_bytes_per_token=arch.kv_bytes_per_token(config.kv_cache_dtype,
                                                        config.tensor_parallel_size),
-            enforce_eager=bool(config.enforce_eager), draft=spec.draft_for_cost,
+            enforce_eager=bool(config.enforce_eager), draft=spec.draft,
             cpu_drafting=spec.cpu_drafting, v0=v0)
     sched_cfg = SchedulerConfig(
         max_num_seqs=config.max_num_seqs,

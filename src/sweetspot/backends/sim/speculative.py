@@ -49,8 +49,7 @@ DEFAULT_ACCEPTANCE = {
 class Speculation:
     k: int  # drafted tokens per step, 0 = no speculation
     acceptance: float
-    draft_for_memory: ModelArch | None = None  # weights + KV beside the target's
-    draft_for_cost: ModelArch | None = None  # what runs k passes per step on the device
+    draft: ModelArch | None = None  # runs k passes per step; weights + KV beside the target's
     cpu_drafting: bool = False
 
     def drawer(self, rng: np.random.Generator) -> Callable[[int], np.ndarray]:
@@ -87,7 +86,7 @@ def plan_speculation(config: SpeculativeConfig | None, arch: ModelArch,
         return Speculation(k, acceptance, cpu_drafting=True)
     if method in ("eagle", "eagle3", "mtp", "medusa", "mlp_speculator"):
         head = dataclasses.replace(arch, num_layers=1, name=f"{arch.name}-{method}-head")
-        return Speculation(k, acceptance, draft_for_memory=head, draft_for_cost=head)
+        return Speculation(k, acceptance, draft=head)
     if method == "draft_model":
         if not config.model:
             return "draft_model speculation needs a draft model"
@@ -95,5 +94,5 @@ def plan_speculation(config: SpeculativeConfig | None, arch: ModelArch,
             draft = load_model(config.model).arch
         except SweetspotError as exc:
             return f"draft model: {exc}"
-        return Speculation(k, acceptance, draft_for_memory=draft, draft_for_cost=draft)
+        return Speculation(k, acceptance, draft=draft)
     return f"unknown speculative method {method!r}"
