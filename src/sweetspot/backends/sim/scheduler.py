@@ -256,10 +256,9 @@ class Scheduler:
             if not decodes:
                 self._group_left = 0  # a multi-step run ends when its batch has finished
             if self._group_left == 0 and (self.waiting_fcfs or self.waiting_heap):
-                admitted = self._admit(budget, dstep, prefills)
-                if prefills:
+                self._admit(budget, dstep, prefills)
+                if prefills:  # V0: a step of prefills runs no decodes
                     decodes = False
-                    budget -= admitted
             cpu_scheduled = self._group_left == 0
             if decodes and not prefills:
                 self._group_left = (self._group_left or cfg.multi_step) - 1

@@ -161,7 +161,7 @@ def simulate(
         priority=config.scheduling_policy == "priority",
         spec_tokens=spec.k,
         v0=v0,
-        multi_step=config.num_scheduler_steps or 1 if v0 else 1,
+        multi_step=(config.num_scheduler_steps or 1) if v0 else 1,
     )
     rng = np.random.default_rng(seed)
     scheduler = Scheduler(sched_cfg, spec.drawer(rng) if spec.k else None)
