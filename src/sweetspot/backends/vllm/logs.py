@@ -22,6 +22,10 @@ _KV_TOKENS = re.compile(r"(GPU|CPU|XPU|TPU|\w+)? ?KV cache size: ([\d,]+) tokens
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 _AVAILABLE = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 _LOADING = re.compile(r"Model loading took ([\d.]+) ?GiB(?: memory)? and ([\d.]+) s")
+# The CPU build says neither of the two above; it logs these instead.
+_CPU_LOADING = re.compile(r"Initializing model took ([\d.]+) s")
+_CPU_KV_SPACE = re.compile(r"Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache")
+_ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +39,7 @@ class StartupFacts:
     model_load_bytes: int | None
     model_load_s: float | None
     device: str | None  # "GPU", "CPU", ... as the KV line names it
+    engine_init_s: float | None = None  # profiling, KV cache allocation, warm-up/graphs
 
 
 def _int(text: str) -> int:
@@ -46,15 +51,21 @@ def parse_startup(log: str) -> StartupFacts:
     conc = _CONCURRENCY.search(log)
     avail = _AVAILABLE.search(log)
     loading = _LOADING.search(log)
+    cpu_loading = _CPU_LOADING.search(log)
+    avail = avail or _CPU_KV_SPACE.search(log)
+    engine = _ENGINE_INIT.search(log)
     gib = 1024**3
+    load_s = (float(loading.group(2)) if loading
+              else float(cpu_loading.group(1)) if cpu_loading else None)
     return StartupFacts(
         kv_cache_tokens=_int(kv.group(2)) if kv else None,
         max_concurrency=float(conc.group(2)) if conc else None,
         max_model_len=_int(conc.group(1)) if conc else None,
         kv_cache_bytes=int(float(avail.group(1)) * gib) if avail else None,
         model_load_bytes=int(float(loading.group(1)) * gib) if loading else None,
-        model_load_s=float(loading.group(2)) if loading else None,
+        model_load_s=load_s,
         device=(kv.group(1) or None) if kv else None,
+        engine_init_s=float(engine.group(1)) if engine else None,
     )
 
 

@@ -4,22 +4,34 @@ Lifecycle: spawn (own process group, output to a log file) → wait until ``/hea
 → yield → stop. The invariant: when ``launch_server`` exits — normally, by an exception or by
 KeyboardInterrupt, also during start-up — no process of the server's group is left and its port
 accepts a new listener. vLLM runs its engine in child processes of the API server; they share
-its process group, so signalling the group reaches them all.
+its process group, so signalling the group reaches them all. Should sweetspot itself be killed
+outright (SIGKILL, no cleanup), the server's leader gets SIGTERM from the kernel
+(``PR_SET_PDEATHSIG``) and takes its engine down with it.
+
+Where vLLM lives elsewhere — another interpreter (``python``) or a container — a launch
+``template`` replaces the interpreter's command line: ``{args}`` becomes the server's options
+(shell-quoted, ``--model`` first), ``{host}``, ``{port}``, ``{model}`` and ``{python}`` their
+values; the template must keep the server in the foreground and stop it on SIGTERM (e.g.
+``docker run --rm --init --network host IMAGE {args}``).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from sweetspot._errors import SweetspotError
@@ -30,6 +42,7 @@ __all__ = [
     "ServerStartTimeout",
     "free_port",
     "launch_server",
+    "server_argv",
 ]
 
 # Defaults under the caller's environment and ``env``: a small KV cache (GiB) suits CPU
@@ -55,6 +68,12 @@ class ServerHandle:
     log_path: Path  # the server's stdout and stderr
     started_s: float  # monotonic clock when /health first answered 200
     startup_s: float  # seconds from spawn to that answer
+    argv: tuple[str, ...] = ()  # the command that started it
+    process: subprocess.Popen | None = field(default=None, compare=False, repr=False)
+
+    def alive(self) -> bool:
+        """Whether the server's leader is still running."""
+        return self.process is not None and self.process.poll() is None
 
 
 class ServerStartError(SweetspotError):
@@ -89,17 +108,63 @@ def launch_server(
     log_path: Path | str,
     startup_timeout_s: float = 300.0,
     stop_timeout_s: float = 15.0,
+    template: str | None = None,
+    on_spawn: Callable[[int], None] | None = None,
+    keep_running: bool = False,
 ) -> Iterator[ServerHandle]:
     """Run ``python -m vllm.entrypoints.openai.api_server`` with dummy weights until exit.
 
     ``args`` go after the fixed flags, so a later ``--load-format`` wins over the dummy one.
-    The served model's name is ``str(model_dir)``. On exit the group gets SIGTERM, then
-    SIGKILL after ``stop_timeout_s``.
+    The served model's name is ``str(model_dir)``. ``on_spawn(pgid)`` is called right after
+    the process starts. On exit the group gets SIGTERM, then SIGKILL after ``stop_timeout_s``
+    — unless ``keep_running`` and the block ended without an exception: then the server is
+    left up, detached, for inspection.
     """
     port = free_port(host) if port is None else port
     log_path = Path(log_path)
-    argv = [
-        str(python), "-m", "vllm.entrypoints.openai.api_server",
+    argv = server_argv(python, model_dir, tokenizer_dir=tokenizer_dir, args=args, host=host,
+                       port=port, template=template)
+    full_env = {**DEFAULT_ENV, **os.environ, **(env or {})}
+    base_url = f"http://{host}:{port}"
+    with open(log_path, "wb") as log:
+        spawned_s = time.monotonic()
+        try:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=full_env, start_new_session=True,
+                preexec_fn=None if keep_running else _die_with_parent(),
+            )
+        except OSError as exc:
+            raise ServerStartError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
+    keep = False
+    try:
+        if on_spawn is not None:
+            on_spawn(process.pid)
+        started_s = _wait_healthy(process, base_url, log_path, spawned_s + startup_timeout_s)
+        yield ServerHandle(
+            base_url=base_url, pid=process.pid, log_path=log_path,
+            started_s=started_s, startup_s=started_s - spawned_s, argv=tuple(argv),
+            process=process,
+        )
+        keep = keep_running
+    finally:
+        if not keep:
+            _stop_group(process, stop_timeout_s)
+            _wait_port_free(host, port)
+
+
+def server_argv(
+    python: Path | str,
+    model_dir: Path | str,
+    *,
+    tokenizer_dir: Path | str | None = None,
+    args: Sequence[str] = (),
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    template: str | None = None,
+) -> list[str]:
+    """The command that starts the server: the interpreter's, or the launch template's."""
+    options = [
         "--model", str(model_dir),
         "--tokenizer", str(tokenizer_dir if tokenizer_dir is not None else model_dir),
         "--load-format", "dummy",
@@ -107,23 +172,34 @@ def launch_server(
         "--port", str(port),
         *args,
     ]
-    full_env = {**DEFAULT_ENV, **os.environ, **(env or {})}
-    base_url = f"http://{host}:{port}"
-    with open(log_path, "wb") as log:
-        spawned_s = time.monotonic()
-        process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env=full_env, start_new_session=True,
-        )
+    if template is None:
+        return [str(python), "-m", "vllm.entrypoints.openai.api_server", *options]
     try:
-        started_s = _wait_healthy(process, base_url, log_path, spawned_s + startup_timeout_s)
-        yield ServerHandle(
-            base_url=base_url, pid=process.pid, log_path=log_path,
-            started_s=started_s, startup_s=started_s - spawned_s,
-        )
-    finally:
-        _stop_group(process, stop_timeout_s)
-        _wait_port_free(host, port)
+        text = template.format(args=shlex.join(options), host=host, port=port,
+                               model=shlex.quote(str(model_dir)),
+                               python=shlex.quote(str(python)))
+        argv = shlex.split(text)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise SweetspotError(f"bad launch template {template!r}: {exc}; it may use {{args}}, "
+                             "{host}, {port}, {model} and {python}") from None
+    if not argv:
+        raise SweetspotError("the launch template is empty")
+    return argv
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+@cache
+def _die_with_parent() -> Callable[[], None]:
+    """prctl(PR_SET_PDEATHSIG, SIGTERM) for the child, with libc resolved in the parent, not
+    between fork and exec."""
+    prctl = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).prctl
+
+    def set_death_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    return set_death_signal
 
 
 def _wait_healthy(

@@ -1,0 +1,83 @@
+"""One trial: a configuration run against a workload, by any backend, and how it ended.
+
+Every backend — the simulator, a real vLLM server, an existing endpoint — returns a ``Trial``.
+A failed trial is a result, not an exception: ``status`` says how it ended and ``cause`` why, in
+the server's own words where it spoke. The per-request records and ``/metrics`` texts sit in
+``run`` (an ``EndpointRun``) for the one metrics function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sweetspot.backends.endpoint import EndpointRun
+
+if TYPE_CHECKING:  # the real-server backend builds trials, so it imports this module
+    from sweetspot.backends.vllm.logs import StartupFacts
+    from sweetspot.backends.vllm.memory import MemoryPeaks
+
+__all__ = ["STATUSES", "Trial", "TrialTimings"]
+
+# ok: the workload ran (single requests may still have failed: see the records).
+# oom: the server could not hold the model or its KV cache; invalid: vLLM (or sweetspot's
+# knowledge of it) refused the configuration; crash: the server died; timeout: a deadline passed.
+STATUSES = ("ok", "oom", "invalid", "crash", "timeout")
+
+
+@dataclass(frozen=True, slots=True)
+class TrialTimings:
+    """Where a trial's wall time went (seconds); None for phases it never reached."""
+
+    check_s: float | None = None  # checking the options (reading vLLM's parser the first time)
+    startup_s: float | None = None  # spawn to the first healthy answer
+    warmup_s: float | None = None  # warm-up requests
+    workload_s: float | None = None  # the measured run, first send to last byte
+    teardown_s: float | None = None  # stop signal to port (and device memory) free
+    total_s: float = 0.0  # everything, validation included
+
+    @property
+    def overhead_s(self) -> float:
+        """What the trial cost beyond the workload itself."""
+        return self.total_s - (self.workload_s or 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Trial:
+    status: str  # one of STATUSES
+    cause: str | None  # one line; None when ok
+    run: EndpointRun | None  # records and /metrics; None when the workload never ran
+    timings: TrialTimings
+    argv: tuple[str, ...] = ()  # the server's command line, when one was (to be) started
+    log_lines: tuple[str, ...] = ()  # the decisive log lines of a failure, with context
+    log_path: Path | None = None
+    vllm_version: str | None = None
+    startup: StartupFacts | None = None  # what the server logged while starting
+    memory: MemoryPeaks | None = None  # peaks sampled while it ran
+    base_url: str | None = None  # where the server answered (still does if it was kept)
+    server_pid: int | None = None  # the server's process group id
+    server_pids: tuple[int, ...] = ()  # every process seen in that group
+    kept: bool = False  # the server was left running (--keep-server)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything but the records and /metrics texts, JSON-ready."""
+        return {
+            "status": self.status,
+            "cause": self.cause,
+            "log_lines": list(self.log_lines),
+            "argv": list(self.argv),
+            "log_path": str(self.log_path) if self.log_path else None,
+            "vllm_version": self.vllm_version,
+            "timings": {**asdict(self.timings), "overhead_s": self.timings.overhead_s},
+            "startup": asdict(self.startup) if self.startup else None,
+            "memory": asdict(self.memory) if self.memory else None,
+            "base_url": self.base_url,
+            "server_pid": self.server_pid,
+            "server_pids": list(self.server_pids),
+            "kept": self.kept,
+        }

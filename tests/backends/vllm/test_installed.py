@@ -1,0 +1,87 @@
+"""Checking server options against the installed vLLM's parser, in argparse's words."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from sweetspot._errors import SweetspotError
+from sweetspot.backends.vllm.installed import InstalledVllm, ParserOption, detect_vllm
+
+
+def _installed() -> InstalledVllm:
+    options = [
+        ParserOption(("--max-num-seqs",), None, None, "int"),
+        ParserOption(("--gpu-memory-utilization",), None, None, "float"),
+        ParserOption(("--scheduling-policy",), None, ("fcfs", "priority"), None),
+        ParserOption(("--enforce-eager",), 0, None, None),
+        ParserOption(("--enable-prefix-caching", "--no-enable-prefix-caching"), 0, None, None),
+        ParserOption(("--tensor-parallel-size", "-tp"), None, None, "int"),
+        ParserOption(("--compilation-config", "-cc"), None, None, None),
+        ParserOption(("--middleware",), "*", None, None),
+        ParserOption(("--seed",), None, None, "int"),
+    ]
+    table = {s: o for o in options for s in o.strings}
+    return InstalledVllm("python", Version("0.32.0"), table)
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["--max-num-seqs", "32", "--enforce-eager"],
+    ["--max_num_seqs", "32"],  # FlexibleArgumentParser: underscores are dashes
+    ["--max-num-seqs=32", "--scheduling-policy=priority"],
+    ["-tp", "2", "--no-enable-prefix-caching"],
+    ["--compilation-config.level", "3"],  # one key of a JSON option
+    ["--middleware", "a", "b", "--seed", "-1"],  # a negative number is a value
+])
+def test_accepted(args: list[str]) -> None:
+    assert _installed().check_argv(args) == []
+
+
+@pytest.mark.parametrize(("args", "problem"), [
+    (["--scheduling-policy", "lof"],
+     "argument --scheduling-policy: invalid choice: 'lof' (choose from 'fcfs', 'priority')"),
+    (["--max-num-seqs", "many"], "argument --max-num-seqs: invalid int value: 'many'"),
+    (["--gpu-memory-utilization", "0.9x"],
+     "argument --gpu-memory-utilization: invalid float value: '0.9x'"),
+    (["--num-scheduler-steps", "8"], "unrecognized arguments: --num-scheduler-steps 8"),
+    (["--max-num-seqs"], "argument --max-num-seqs: expected one argument"),
+    (["--max-num-seqs", "--enforce-eager"], "argument --max-num-seqs: expected one argument"),
+    (["--enforce-eager=yes"], "argument --enforce-eager: ignored explicit argument 'yes'"),
+])
+def test_refused_in_argparse_words(args: list[str], problem: str) -> None:
+    assert _installed().check_argv(args) == [problem]
+
+
+def test_missing_interpreter_is_one_line_error(tmp_path: Path) -> None:
+    with pytest.raises(SweetspotError, match="no such interpreter"):
+        detect_vllm(tmp_path / "nope" / "python", use_cache=False)
+
+
+def test_interpreter_without_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "python"  # an interpreter that cannot import vllm
+    fake.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'vllm'\" >&2\n"
+                    "exit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with pytest.raises(SweetspotError, match="has no vLLM"):
+        detect_vllm(fake)
+
+
+def test_dump_is_cached_per_interpreter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slow import runs once: a second detection reads the cache file."""
+    calls = tmp_path / "calls"
+    payload = json.dumps({"version": "0.24.0", "path": "x", "options": [
+        {"strings": ["--max-num-seqs"], "nargs": None, "choices": None, "type": "int"}]})
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\necho x >> {calls}\necho 'SWEETSPOT-VLLM {payload}'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = detect_vllm(fake)
+    second = detect_vllm(fake)
+    assert first.version == second.version == Version("0.24.0")
+    assert second.check_argv(["--max-num-seqs", "8"]) == []
+    assert calls.read_text().count("x") == 1
