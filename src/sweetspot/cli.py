@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -197,9 +198,33 @@ def _parse_floats(text: str, what: str) -> tuple[float, ...]:
                              ) from None
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def bench(
-    url: Annotated[str, typer.Option(help="Base URL of a running OpenAI-compatible server.")],
+    ctx: typer.Context,
+    url: Annotated[str | None, typer.Option(help="Base URL of a running OpenAI-compatible "
+                                                 "server.")] = None,
+    launch: Annotated[bool, typer.Option("--launch", help="Start a vLLM server for this run "
+                                         "(one trial): bench options, then -- MODEL and "
+                                         "vllm serve options.")] = False,
+    vllm_python: Annotated[str | None, typer.Option(
+        help="An interpreter that imports vLLM (--launch; default $SWEETSPOT_VLLM_PYTHON, "
+             "else this one).")] = None,
+    launch_template: Annotated[str | None, typer.Option(
+        help="Command that starts vLLM elsewhere, e.g. a container; {args} = the server "
+             "options (--launch; needs --vllm-version).")] = None,
+    vllm_version: Annotated[str | None, typer.Option(
+        "--vllm-version", help="Release behind --launch-template.")] = None,
+    server_env: Annotated[list[str] | None, typer.Option(
+        "--env", help="KEY=VALUE for the server's environment (repeatable), e.g. "
+                      "VLLM_CPU_KVCACHE_SPACE=4.")] = None,
+    keep_server: Annotated[bool, typer.Option("--keep-server", help="Leave the launched server "
+                                              "running afterwards.")] = False,
+    startup_timeout: Annotated[float, typer.Option(min=1, help="Seconds the launched server "
+                                                          "may take to start.")] = 600.0,
+    run_timeout: Annotated[float | None, typer.Option(min=1, help="Seconds the workload may "
+                                                             "run on a launched server.")] = None,
+    trials_dir: Annotated[Path, typer.Option(help="Where launched servers' logs go.")] = Path(
+        ".sweetspot/trials"),
     model: Annotated[str | None, typer.Option(help="Served model name (default: the "
                                                    "server's first).")] = None,
     workload: WorkloadOpt = "chat",
@@ -211,8 +236,9 @@ def bench(
     slo: Annotated[str | None, typer.Option(help="e.g. ttft=300ms,tpot=50ms,e2el=5s")] = None,
     percentiles: Annotated[str, typer.Option(help="Percentiles to report.")] = "50,90,95,99",
     endpoint: Annotated[str, typer.Option(help="completions or chat")] = "completions",
-    vocab_size: Annotated[int, typer.Option(help="Prompt token ids are drawn below this.")
-                          ] = 32_000,
+    vocab_size: Annotated[int | None, typer.Option(
+        help="Prompt token ids are drawn below this (default: the launched model's "
+             "vocabulary, else 32000).")] = None,
     seed: Annotated[int | None, typer.Option()] = None,
     warmup: Annotated[int, typer.Option(min=0, help="Warm-up requests, not recorded.")] = 1,
     processes: Annotated[int, typer.Option(min=0, help="Client processes; 0 = by rate.")] = 0,
@@ -222,7 +248,8 @@ def bench(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the result here "
                                                                    "(vLLM's keys).")] = None,
 ) -> int:
-    """Measure a running server with a workload, the way `vllm bench serve` measures."""
+    """Measure a running server with a workload, the way `vllm bench serve` measures; or,
+    with --launch, start vLLM for the run (one trial) and report what the server said too."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from sweetspot.backends.endpoint import run_endpoint
@@ -232,29 +259,65 @@ def bench(
 
     if endpoint not in ("completions", "chat"):
         raise SweetspotError(f"--endpoint must be completions or chat, not {endpoint!r}")
+    if launch == (url is not None):
+        raise SweetspotError("give either --url (a running server) or --launch (start one)")
+    if ctx.args and not launch:
+        raise SweetspotError(f"unexpected arguments: {' '.join(ctx.args)} (server options "
+                             "go after --launch ... --)")
     slos = _parse_slos(slo)
     pcts = _parse_floats(percentiles, "percentiles")
     wl = _override_arrivals(load_workload(workload), rate, concurrency, burstiness)
-    served = asyncio.run(check_server(url))
-    model = model or (served[0] if served else None)
-    if not model:
-        raise SweetspotError(f"{url} serves no model; pass --model")
-    requests = sample_requests(wl, num_requests, seed=seed, vocab_size=vocab_size)
-    config = LoadConfig(base_url=url, model=model, endpoint=endpoint,
+    config = LoadConfig(base_url=url or "", model=model or "", endpoint=endpoint,
                         max_concurrency=concurrency, timeout_s=timeout,
                         warmup_requests=warmup, processes=processes)
-    with Progress("[progress.description]{task.description}", BarColumn(),
-                  MofNCompleteColumn(), TimeElapsedColumn(), console=_err,
-                  transient=True) as progress:
-        task = progress.add_task(f"{model} @ {url}", total=len(requests))
-        run = run_endpoint(requests, config, on_done=lambda: progress.advance(task),
-                           scrape_interval_s=metrics_interval)
-    measurement = measure(run, percentiles=pcts, slos=slos or None)
-    data = measurement.to_dict()
+    trial = None
+    if launch:
+        backend, serve_args = _launch_backend(ctx.args, vllm_python, launch_template,
+                                              vllm_version, server_env, startup_timeout,
+                                              run_timeout, trials_dir, warmup)
+        model = backend.model_dir
+        vocab_size = vocab_size or _model_vocab(Path(backend.model_dir)) or 32_000
+        requests = sample_requests(wl, num_requests, seed=seed, vocab_size=vocab_size)
+        with Progress("[progress.description]{task.description}", BarColumn(),
+                      MofNCompleteColumn(), TimeElapsedColumn(), console=_err,
+                      transient=True) as progress:
+            task = progress.add_task("starting vLLM", total=len(requests))
+
+            def ready(handle) -> None:
+                _err.print(f"server ready at {handle.base_url} (process group {handle.pid}, "
+                           f"started in {handle.startup_s:.1f} s)", markup=False)
+                progress.update(task, description=f"{Path(model).name} @ {handle.base_url}")
+
+            trial = backend.run_args(serve_args, requests, config, keep_server=keep_server,
+                                     on_ready=ready, on_done=lambda: progress.advance(task),
+                                     scrape_interval_s=metrics_interval)
+        url = trial.base_url
+        run = trial.run
+    else:
+        vocab_size = vocab_size or 32_000
+        served = asyncio.run(check_server(url))
+        model = model or (served[0] if served else None)
+        if not model:
+            raise SweetspotError(f"{url} serves no model; pass --model")
+        config = dataclasses.replace(config, model=model)
+        requests = sample_requests(wl, num_requests, seed=seed, vocab_size=vocab_size)
+        with Progress("[progress.description]{task.description}", BarColumn(),
+                      MofNCompleteColumn(), TimeElapsedColumn(), console=_err,
+                      transient=True) as progress:
+            task = progress.add_task(f"{model} @ {url}", total=len(requests))
+            run = run_endpoint(requests, config, on_done=lambda: progress.advance(task),
+                               scrape_interval_s=metrics_interval)
+    data: dict = {}
+    measurement = None
+    if run is not None:
+        measurement = measure(run, percentiles=pcts, slos=slos or None)
+        data = measurement.to_dict()
+    if trial is not None:
+        data["trial"] = trial.to_dict()
     data["sweetspot"] = {"url": url, "model": model, "workload": wl.name,
                          "num_requests": len(requests), "arrival": wl.arrival.process,
                          "rate": wl.arrival.rate, "max_concurrency": concurrency,
-                         "client_processes": run.processes,
+                         "client_processes": run.processes if run is not None else None,
                          # what `sweetspot calibrate` needs to draw the same requests again
                          "workload_spec": workload_to_dict(wl),
                          "seed": wl.seed if seed is None else seed, "vocab_size": vocab_size}
@@ -263,8 +326,90 @@ def bench(
             json_path.write_text(json.dumps(data, indent=2))
         except OSError as exc:
             raise SweetspotError(f"cannot write {json_path}: {exc}") from None
-    _print_result(measurement)
-    return 0 if measurement.result.completed else 1
+    if measurement is not None:
+        _print_result(measurement)
+    if trial is not None:
+        _print_trial(trial)
+        if not trial.ok:
+            return 1
+    return 0 if measurement is not None and measurement.result.completed else 1
+
+
+def _launch_backend(extra: list[str], vllm_python: str | None, template: str | None,
+                    version: str | None, env_items: list[str] | None, startup_timeout: float,
+                    run_timeout: float | None, trials_dir: Path, warmup: int):
+    from sweetspot.backends.vllm import VllmBackend, split_serve_command
+
+    model_dir, serve_args = split_serve_command(extra)
+    if model_dir is None:
+        raise SweetspotError("--launch needs the model: sweetspot bench --launch [options] -- "
+                             "MODEL [vllm serve options]")
+    env: dict[str, str] = {}
+    for item in env_items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SweetspotError(f"bad --env {item!r}: expected KEY=VALUE")
+        env[key] = value
+    python = vllm_python or os.environ.get("SWEETSPOT_VLLM_PYTHON") or sys.executable
+    if template is None and not (Path(python).exists() or "/" not in python):
+        raise SweetspotError(f"--vllm-python {python}: no such interpreter")
+    backend = VllmBackend(
+        model_dir, trials_dir=trials_dir, python=python, template=template,
+        vllm_version=parse_vllm_version(version) if version else None, env=env,
+        startup_timeout_s=startup_timeout, run_timeout_s=run_timeout, warmup_requests=warmup)
+    return backend, serve_args
+
+
+def _model_vocab(folder: Path) -> int | None:
+    try:
+        return int(json.loads((folder / "config.json").read_text())["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _print_trial(trial) -> None:
+    table = Table(title="Launched server", show_header=False)
+    table.add_column("fact")
+    table.add_column("value", justify="right")
+    t, facts, memory = trial.timings, trial.startup, trial.memory
+
+    def seconds(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f}"
+
+    rows = [("Trial status", trial.status), ("vLLM", trial.vllm_version or "-"),
+            ("Check / start-up / warm-up / workload / teardown (s)",
+             " / ".join(seconds(v) for v in (t.check_s, t.startup_s, t.warmup_s,
+                                              t.workload_s, t.teardown_s))),
+            ("Trial overhead (s)", f"{t.overhead_s:.1f}")]
+    if facts is not None and facts.kv_cache_tokens is not None:
+        rows.append((f"{facts.device or 'GPU'} KV cache (tokens)", f"{facts.kv_cache_tokens:,}"))
+    if facts is not None and facts.max_concurrency is not None:
+        rows.append((f"Max concurrency at {facts.max_model_len:,} tokens",
+                     f"{facts.max_concurrency:.2f}x"))
+    if facts is not None and facts.kv_cache_bytes is not None:
+        rows.append(("KV cache memory (GiB)", f"{facts.kv_cache_bytes / GiB:.2f}"))
+    if facts is not None and facts.model_load_bytes is not None:
+        rows.append(("Model weights loaded (GiB)", f"{facts.model_load_bytes / GiB:.2f}"))
+    if facts is not None and facts.model_load_s is not None:
+        rows.append(("Model load / engine init (s)",
+                     f"{facts.model_load_s:.1f} / {seconds(facts.engine_init_s)}"))
+    if memory is not None and memory.host_rss_bytes is not None:
+        rows.append(("Peak host RSS of the server (GiB)", f"{memory.host_rss_bytes / GiB:.2f}"))
+    if memory is not None and memory.device_bytes is not None:
+        rows.append(("Peak device memory of the server (GiB)",
+                     f"{memory.device_bytes / GiB:.2f}"))
+    for label, value in rows:
+        table.add_row(label, value)
+    _out.print(table)
+    if trial.cause:
+        _out.print(f"trial: {trial.status} — {trial.cause}", markup=False)
+        for line in trial.log_lines:
+            _out.print(f"  | {line}", markup=False)
+    if trial.log_path is not None:
+        _out.print(f"server log: {trial.log_path}", markup=False)
+    if trial.kept:
+        _out.print(f"server left running at {trial.base_url}; stop it with "
+                   f"kill -TERM -- -{trial.server_pid}", markup=False)
 
 
 def _override_arrivals(wl, rate: str | None, concurrency: int | None, burstiness: float):
@@ -595,8 +740,12 @@ def make_model(
     hidden: Annotated[int, typer.Option(min=8)] = 256,
     heads: Annotated[int, typer.Option(min=1)] = 4,
     kv_heads: Annotated[int, typer.Option(min=1)] = 2,
+    intermediate: Annotated[int, typer.Option(min=8, help="MLP width.")] = 512,
     vocab: Annotated[int, typer.Option(min=32)] = 4096,
     max_position: Annotated[int, typer.Option(min=16)] = 4096,
+    tie_embeddings: Annotated[bool, typer.Option(help="LM head shares the embedding "
+                                                     "(small models do; 7B and up do not).")
+                              ] = True,
 ) -> int:
     """Write a tiny dummy-weight Qwen2 model folder and a separate exact-round-trip tokenizer
     (words w0 ... w<vocab-1>), for vLLM with --load-format dummy."""
@@ -606,7 +755,8 @@ def make_model(
         raise SweetspotError("hidden must be a multiple of heads, heads of kv-heads")
     try:
         tiny = make_tiny_model(folder, layers=layers, hidden=hidden, heads=heads,
-                               kv_heads=kv_heads, vocab=vocab, max_position=max_position)
+                               kv_heads=kv_heads, intermediate=intermediate, vocab=vocab,
+                               max_position=max_position, tie_embeddings=tie_embeddings)
     except OSError as exc:
         raise SweetspotError(f"cannot write the model to {folder}: {exc}") from None
     _out.print(f"model:     {tiny.model_dir}", markup=False)
@@ -625,14 +775,27 @@ def catalog() -> int:
     return 0
 
 
+_terminated = False
+
+
+def _on_sigterm(signum, frame) -> None:
+    """SIGTERM takes Ctrl-C's path (asyncio cancels the run, context managers stop launched
+    servers); an exception raised straight from here could land in an event-loop callback,
+    which would log it and carry on."""
+    global _terminated
+    _terminated = True
+    signal.raise_signal(signal.SIGINT)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the app and turn every failure into an exit code."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(args=argv, prog_name="sweetspot", standalone_mode=False)
     except SweetspotError as exc:
         _fail(str(exc), 2)
     except (typer.Abort, KeyboardInterrupt):
-        _fail("interrupted", 130)
+        _fail("terminated", 143) if _terminated else _fail("interrupted", 130)
     except Exception as exc:
         # Typer vendors Click, so its usage errors are matched by shape, not by class.
         if callable(getattr(exc, "format_message", None)) and hasattr(exc, "exit_code"):
@@ -641,6 +804,8 @@ def main(argv: list[str] | None = None) -> None:
             raise
         _fail(f"internal error ({type(exc).__name__}: {exc}); "
               "rerun with SWEETSPOT_DEBUG=1 for the traceback", 70)
+    if code == 130:  # Typer turns KeyboardInterrupt into exit code 130
+        _fail("terminated", 143) if _terminated else _fail("interrupted", 130)
     sys.exit(code if isinstance(code, int) else 0)
 
 

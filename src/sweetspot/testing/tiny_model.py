@@ -40,6 +40,7 @@ def make_tiny_model(
     intermediate: int = 512,
     vocab: int = 4096,
     max_position: int = 4096,
+    tie_embeddings: bool = True,
 ) -> TinyModel:
     """Write ``<folder>/model/config.json`` and ``<folder>/tokenizer/``; return both paths."""
     if hidden % heads or heads % kv_heads:
@@ -72,7 +73,7 @@ def make_tiny_model(
         "rope_theta": 10000.0,
         "attention_dropout": 0.0,
         "initializer_range": 0.02,
-        "tie_word_embeddings": True,
+        "tie_word_embeddings": tie_embeddings,
         "torch_dtype": "bfloat16",
         "bos_token_id": 0,
         "eos_token_id": 0,
