@@ -1,0 +1,57 @@
+"""Turn a finished study into what people read: terminal tables, figures, one HTML page, exports.
+
+Everything takes the study dict that ``sweetspot tune`` records. The figure data (``figures``) and
+table rows (``tables``) are pure and tested; ``render`` draws them with matplotlib, which only
+``build_report`` loads.
+"""
+
+from sweetspot.report.build import ReportFiles, build_report, picks_document
+from sweetspot.report.figures import (
+    Bar,
+    KnobGain,
+    ParetoData,
+    ParetoPoint,
+    SpeculativeData,
+    SpeculativeSetup,
+    SweepData,
+    SweepPoint,
+    knob_gains_data,
+    max_model_len_data,
+    pareto_data,
+    pareto_front,
+    picks_data,
+    policy_latency_data,
+    speculative_data,
+    sweep_data,
+    sweeps,
+)
+from sweetspot.report.html import render_html
+from sweetspot.report.tables import PickRow, csv_table, pick_rows, terminal_tables
+
+__all__ = [
+    "Bar",
+    "KnobGain",
+    "ParetoData",
+    "ParetoPoint",
+    "PickRow",
+    "ReportFiles",
+    "SpeculativeData",
+    "SpeculativeSetup",
+    "SweepData",
+    "SweepPoint",
+    "build_report",
+    "csv_table",
+    "knob_gains_data",
+    "max_model_len_data",
+    "pareto_data",
+    "pareto_front",
+    "pick_rows",
+    "picks_data",
+    "picks_document",
+    "policy_latency_data",
+    "render_html",
+    "speculative_data",
+    "sweep_data",
+    "sweeps",
+    "terminal_tables",
+]

@@ -1,0 +1,146 @@
+"""Read-only accessors over the study dict that ``sweetspot tune`` writes (the report's only input).
+
+The study is plain JSON data (see ``build_report``): a list of trials, each with a phase, the knob
+it varies (one-knob-at-a-time trials), its full config, a status and, when ok, its metrics. Every
+function here is pure and tolerant of absent keys: a study with only a baseline, a failed trial
+without metrics, or a pick that names a missing trial all read as "no data", never as an error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+Trial = Mapping[str, Any]
+
+BYTES_PER_GIB = 2**30
+OK = "ok"
+OFAT = "ofat"
+
+
+def trials_by_number(study: Mapping[str, Any]) -> dict[int, Trial]:
+    """Trial number → trial, in the study's order."""
+    return {int(t["number"]): t for t in study.get("trials") or ()}
+
+
+def baseline_trial(study: Mapping[str, Any]) -> Trial | None:
+    """The baseline trial, or None when the study names none or it is missing."""
+    number = study.get("baseline")
+    if number is None:
+        return None
+    return trials_by_number(study).get(int(number))
+
+
+def is_ok(trial: Trial | None) -> bool:
+    return trial is not None and trial.get("status") == OK
+
+
+def metric(trial: Trial | None, name: str) -> float | None:
+    """A finite numeric metric of an ok trial, else None (failed trials carry no metrics)."""
+    if not is_ok(trial):
+        return None
+    value = (trial.get("metrics") or {}).get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def memory_gib(trial: Trial | None) -> float | None:
+    value = None if trial is None else trial.get("memory_bytes")
+    return None if value is None else value / BYTES_PER_GIB
+
+
+def ofat_knobs(study: Mapping[str, Any]) -> tuple[str, ...]:
+    """Knobs swept one at a time, in the order the study first tried them."""
+    knobs: dict[str, None] = {}
+    for trial in study.get("trials") or ():
+        if trial.get("phase") == OFAT and trial.get("knob"):
+            knobs.setdefault(str(trial["knob"]), None)
+    return tuple(knobs)
+
+
+def canonical(value: Any) -> str:
+    """One string per distinct config value (dict key order does not matter)."""
+    return json.dumps(value, sort_keys=True)
+
+
+def value_label(value: Any, knob: str | None = None) -> str:
+    """How a config value reads in tables and on axes.
+
+    ``None`` means "left at vLLM's default", except for speculative decoding where it means off.
+    A speculative dict reads as its method, draft length, then any other keys (a draft model by
+    the last part of its path).
+    """
+    if value is None:
+        return "off" if knob == "speculative" else "default"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, Mapping):
+        rest = dict(value)
+        parts = [str(rest.pop("method"))] if "method" in rest else []
+        if (k := rest.pop("num_speculative_tokens", None)) is not None:
+            parts.append(f"k={k}")
+        for key in sorted(rest):
+            shown = rest[key]
+            if key == "model" and isinstance(shown, str):
+                shown = shown.rstrip("/").rsplit("/", 1)[-1]
+            parts.append(f"{key}={shown}")
+        return " ".join(parts) or "{}"
+    if isinstance(value, list | tuple):
+        return ",".join(value_label(v) for v in value)
+    return str(value)
+
+
+def config_changes(base: Mapping[str, Any] | None, config: Mapping[str, Any]) -> tuple[
+    tuple[str, Any, Any], ...
+]:
+    """``(knob, baseline value, this value)`` for every knob whose value differs, in config order.
+
+    A knob missing on one side counts as unset (None), so adding or removing a flag is a change.
+    """
+    base = base or {}
+    keys = list(config) + [k for k in base if k not in config]
+    return tuple(
+        (k, base.get(k), config.get(k))
+        for k in keys
+        if canonical(base.get(k)) != canonical(config.get(k))
+    )
+
+
+def changes_text(base: Mapping[str, Any] | None, config: Mapping[str, Any]) -> str:
+    """``"max_num_seqs 256→512, speculative off→ngram k=3"``; empty when nothing changed."""
+    return ", ".join(
+        f"{k} {value_label(old, k)}→{value_label(new, k)}"
+        for k, old, new in config_changes(base, config)
+    )
+
+
+def relative_change(value: float | None, reference: float | None) -> float | None:
+    """``value / reference - 1`` (0.35 = 35 % more), None when either side is missing or zero."""
+    if value is None or reference is None or reference == 0:
+        return None
+    return value / reference - 1.0
+
+
+def redact_url(url: Any) -> Any:
+    """A storage URL without its password (PostgreSQL URLs may carry one); others unchanged."""
+    if not isinstance(url, str) or "@" not in url:
+        return url
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.netloc.rsplit('@', 1)[1]}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def redacted(study: Mapping[str, Any]) -> dict[str, Any]:
+    """The study as written to disk: a shallow copy whose storage URL hides any password."""
+    out = dict(study)
+    if "storage" in out:
+        out["storage"] = redact_url(out["storage"])
+    return out

@@ -1,0 +1,218 @@
+"""Tables as plain rows (shared by the HTML page, the CSV export and the terminal), plus rich.
+
+Numbers stay numbers in the row objects; ``fmt_*`` turn them into the strings every view shows,
+so the terminal and the HTML page print the same digits. Milliseconds and GiB appear only here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rich.table import Table
+
+from sweetspot.report.figures import (
+    P99_E2EL,
+    P99_TPOT,
+    P99_TTFT,
+    THROUGHPUT,
+    SweepData,
+    sweeps,
+)
+from sweetspot.report.study import (
+    baseline_trial,
+    changes_text,
+    memory_gib,
+    metric,
+    relative_change,
+    trials_by_number,
+)
+
+MISSING = "—"
+SWEEP_HEADERS = ("value", "output tok/s", "P99 E2EL ms", "memory GiB", "status")
+PICK_HEADERS = ("goal", "changes vs baseline", "output tok/s", "P99 TTFT ms", "P99 TPOT ms",
+                "P99 E2EL ms", "gain over baseline")
+TRIAL_HEADERS = ("#", "phase", "knob", "status", "changes vs baseline", "output tok/s",
+                 "P99 TTFT ms", "P99 TPOT ms", "P99 E2EL ms", "memory GiB", "KV tokens",
+                 "SLO ok", "cause")
+_UPPER_WORDS = {"ttft", "tpot", "itl", "e2el", "kv", "slo"}
+
+
+@dataclass(frozen=True, slots=True)
+class PickRow:
+    goal: str  # "baseline" for the first row
+    trial: int
+    status: str
+    changes: str  # "knob old→new, ..." vs the baseline; empty for the baseline
+    output_throughput: float | None  # tok/s
+    p99_ttft_ms: float | None
+    p99_tpot_ms: float | None
+    p99_e2el_ms: float | None
+    gains: tuple[tuple[str, float], ...]  # (metric, relative change) from the pick, else computed
+    reasons: tuple[str, ...]
+    command: str  # the vllm serve command line; empty for the baseline
+    yaml: str  # vLLM YAML config; may be empty
+
+
+def pick_rows(study: Mapping[str, Any]) -> tuple[PickRow, ...]:
+    """The baseline, then each pick whose trial exists, in the study's goal order."""
+    base = baseline_trial(study)
+    if base is None:
+        return ()
+    trials = trials_by_number(study)
+    base_config = base.get("config") or {}
+    rows = [_pick_row("baseline", base, base_config, {})]
+    for pick in study.get("picks") or ():
+        trial = trials.get(int(pick["trial"])) if pick.get("trial") is not None else None
+        if trial is not None:
+            rows.append(_pick_row(str(pick.get("goal")), trial, base_config, pick, base))
+    return tuple(rows)
+
+
+def pick_cells(row: PickRow) -> tuple[str, ...]:
+    """A pick row as PICK_HEADERS strings."""
+    return (row.goal, row.changes or MISSING, fmt_num(row.output_throughput),
+            fmt_num(row.p99_ttft_ms), fmt_num(row.p99_tpot_ms), fmt_num(row.p99_e2el_ms),
+            gains_text(row.gains) or MISSING)
+
+
+def sweep_cells(sweep: SweepData) -> list[tuple[str, ...]]:
+    """The guide's per-knob table: value → throughput, P99 E2EL, memory, status (SWEEP_HEADERS)."""
+    return [
+        (p.label + (" (baseline)" if p.is_baseline else ""), fmt_num(p.output_throughput),
+         fmt_num(p.p99_e2el_ms), fmt_num(p.memory_gib, 1), p.status)
+        for p in sweep.points
+    ]
+
+
+def trial_cells(study: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    """Every trial as TRIAL_HEADERS strings, in the study's order."""
+    base = baseline_trial(study)
+    base_config = None if base is None else base.get("config") or {}
+    rows = []
+    for t in study.get("trials") or ():
+        changes = "" if t is base else changes_text(base_config, t.get("config") or {})
+        kv = t.get("kv_cache_tokens")
+        rows.append((
+            str(t.get("number")), str(t.get("phase") or ""), str(t.get("knob") or ""),
+            str(t.get("status")), changes, fmt_num(metric(t, THROUGHPUT)),
+            fmt_num(metric(t, P99_TTFT)), fmt_num(metric(t, P99_TPOT)),
+            fmt_num(metric(t, P99_E2EL)), fmt_num(memory_gib(t), 1),
+            MISSING if kv is None else f"{kv:,}", _yes_no(t.get("slo_ok")),
+            str(t.get("cause") or ""),
+        ))
+    return rows
+
+
+def csv_table(study: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of trials.csv: one column per config knob and per metric.
+
+    Knob and metric columns are the union over all trials in first-seen order, so a knob set
+    only by later trials still gets its column; unset cells are empty. Nested values (the
+    speculative dict) are written as compact JSON.
+    """
+    trials = list(study.get("trials") or ())
+    knobs = _union(t.get("config") or {} for t in trials)
+    metrics = [m for m in _union(t.get("metrics") or {} for t in trials) if m not in knobs]
+    head = ["number", "phase", "knob", "status", "cause"]
+    tail = ["memory_bytes", "kv_cache_tokens", "slo_ok"]
+    rows = []
+    for t in trials:
+        config, values = t.get("config") or {}, t.get("metrics") or {}
+        rows.append(
+            [csv_cell(t.get(k)) for k in head]
+            + [csv_cell(config.get(k)) for k in knobs]
+            + [csv_cell(values.get(m)) for m in metrics]
+            + [csv_cell(t.get(k)) for k in tail]
+        )
+    return head + knobs + metrics + tail, rows
+
+
+def terminal_tables(study: Mapping[str, Any]) -> list[Table]:
+    """The picks table (baseline first) and one table per swept knob, for ``rich`` to print."""
+    tables = []
+    rows = pick_rows(study)
+    if rows:
+        table = Table(title=f"Picks — {study.get('study', '')}".rstrip(" —"))
+        for i, header in enumerate(PICK_HEADERS):
+            table.add_column(header, justify="right" if 2 <= i <= 5 else "left")
+        for row in rows:
+            table.add_row(*pick_cells(row))
+        tables.append(table)
+    for sweep in sweeps(study):
+        table = Table(title=f"{sweep.knob} (one knob at a time)")
+        for i, header in enumerate(SWEEP_HEADERS):
+            table.add_column(header, justify="right" if 1 <= i <= 3 else "left")
+        for cells in sweep_cells(sweep):
+            table.add_row(*cells, style=None if cells[-1] == "ok" else "red")
+        tables.append(table)
+    return tables
+
+
+def gains_text(gains: tuple[tuple[str, float], ...]) -> str:
+    """``"+35.0 % output throughput, -12.0 % P99 E2EL"``."""
+    return ", ".join(f"{100 * change:+.1f} % {metric_title(name)}" for name, change in gains)
+
+
+def metric_title(name: str) -> str:
+    """``p99_e2el_ms`` → ``P99 E2EL``; ``output_throughput`` → ``output throughput``."""
+    if name == "memory_bytes":
+        return "memory"
+    words = name.removesuffix("_ms").split("_")
+    return " ".join(
+        w.upper() if w in _UPPER_WORDS or (w[:1] == "p" and w[1:].isdigit()) else w
+        for w in words
+    )
+
+
+def fmt_num(value: float | None, digits: int = 1) -> str:
+    return MISSING if value is None else f"{value:,.{digits}f}"
+
+
+def csv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping | list | tuple):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return str(value)
+
+
+def _pick_row(goal: str, trial: Mapping[str, Any], base_config: Mapping[str, Any],
+              pick: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> PickRow:
+    gains = tuple((str(k), float(v)) for k, v in (pick.get("gain") or {}).items()
+                  if isinstance(v, int | float) and not isinstance(v, bool))
+    if base is not None and not gains:
+        computed = ((m, relative_change(metric(trial, m), metric(base, m)))
+                    for m in (THROUGHPUT, P99_E2EL))
+        gains = tuple((m, c) for m, c in computed if c is not None)
+    return PickRow(
+        goal=goal,
+        trial=int(trial["number"]),
+        status=str(trial.get("status")),
+        changes="" if base is None else changes_text(base_config, trial.get("config") or {}),
+        output_throughput=metric(trial, THROUGHPUT),
+        p99_ttft_ms=metric(trial, P99_TTFT),
+        p99_tpot_ms=metric(trial, P99_TPOT),
+        p99_e2el_ms=metric(trial, P99_E2EL),
+        gains=gains,
+        reasons=tuple(str(r) for r in pick.get("reasons") or ()),
+        command=str(pick.get("command") or ""),
+        yaml=str(pick.get("yaml") or ""),
+    )
+
+
+def _union(dicts: Any) -> list[str]:
+    keys: dict[str, None] = {}
+    for d in dicts:
+        for k in d:
+            keys.setdefault(str(k), None)
+    return list(keys)
+
+
+def _yes_no(value: Any) -> str:
+    return MISSING if value is None else ("yes" if value else "no")
+
