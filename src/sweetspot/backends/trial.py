@@ -8,7 +8,7 @@ the server's own words where it spoke. The per-request records and ``/metrics`` 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +59,8 @@ class Trial:
     server_pid: int | None = None  # the server's process group id
     server_pids: tuple[int, ...] = ()  # every process seen in that group
     kept: bool = False  # the server was left running (--keep-server)
+    facts: dict[str, Any] = field(default_factory=dict)  # backend-specific counters (simulator)
+    more_runs: tuple[EndpointRun, ...] = ()  # further workloads run on the same server, in order
 
     @property
     def ok(self) -> bool:
@@ -80,4 +82,5 @@ class Trial:
             "server_pid": self.server_pid,
             "server_pids": list(self.server_pids),
             "kept": self.kept,
+            "facts": dict(self.facts),
         }

@@ -65,6 +65,7 @@ class LintReport:
     findings: tuple[Finding, ...]
     corrected: str | None  # None when nothing needed fixing or nothing could be fixed
     memory: MemoryEstimate | None  # of the corrected configuration
+    config: ServingConfig | None = None  # the settings the command gives, as parsed
 
     @property
     def errors(self) -> list[Finding]:
@@ -463,4 +464,5 @@ def lint_command(text: str, version: Version, hardware: Hardware | None = None) 
         findings=tuple(st.findings),
         corrected=corrected,
         memory=estimate,
+        config=original,
     )

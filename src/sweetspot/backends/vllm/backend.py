@@ -83,6 +83,7 @@ class VllmBackend:
         vllm_version: Version | None = None,
         hardware: Hardware | None = None,
         env: Mapping[str, str] | None = None,
+        extra_args: Sequence[str] = (),
         startup_timeout_s: float = 600.0,
         run_timeout_s: float | None = None,
         stop_timeout_s: float = 15.0,
@@ -99,6 +100,7 @@ class VllmBackend:
         self.template = template
         self.hardware = hardware  # for vLLM's cross-setting checks of a ServingConfig
         self.env = dict(env or {})
+        self.extra_args = tuple(extra_args)  # fixed options after every config's own
         self.startup_timeout_s = startup_timeout_s
         self.run_timeout_s = run_timeout_s
         self.stop_timeout_s = stop_timeout_s
@@ -146,7 +148,8 @@ class VllmBackend:
             return _refused(errors[0].message, tuple(p.message for p in errors), started_s,
                             str(self.version))
         rendered = render_serve(config, self.model_dir, self.version)
-        return self.run_args(rendered.argv(())[1:], requests, load, **kwargs)
+        return self.run_args([*rendered.argv(())[1:], *self.extra_args], requests, load,
+                             **kwargs)
 
     def run_args(
         self,
@@ -159,9 +162,12 @@ class VllmBackend:
         on_ready: Callable[[ServerHandle], None] | None = None,
         on_done: Callable[[], None] | None = None,
         scrape_interval_s: float = 1.0,
+        more: Sequence[tuple[Sequence[Request], LoadConfig]] = (),
     ) -> Trial:
         """A trial of the server options ``args`` (no program, no model): see the module
-        docstring. ``load`` supplies everything of the load generator but the URL and model."""
+        docstring. ``load`` supplies everything of the load generator but the URL and model.
+        ``more``: further (requests, load) runs on the same server after the first; their
+        results are the trial's ``more_runs``."""
         started_s = time.monotonic()
         phase = _Phases(started_s)
         problems = self.check(args)  # SweetspotError: no usable vLLM, the caller's input
@@ -185,7 +191,7 @@ class VllmBackend:
                     if on_ready is not None:
                         on_ready(handle)
                     self._measure(handle, requests, load, phase, outcome, on_done,
-                                  scrape_interval_s)
+                                  scrape_interval_s, more)
                     phase.stopping_s = time.monotonic()
             except ServerStartTimeout as exc:
                 return self._failed("timeout", _one_line(exc), exc.log_tail, phase, log_path,
@@ -207,9 +213,9 @@ class VllmBackend:
         return self._finish(outcome, phase, log_path, keep_server)
 
     def _measure(self, handle: ServerHandle, requests: Sequence[Request], load: LoadConfig,
-                 phase: _Phases, outcome: dict, on_done, scrape_interval_s: float) -> None:
-        served = dataclasses.replace(load, base_url=handle.base_url, model=self.model_dir,
-                                     warmup_requests=0)
+                 phase: _Phases, outcome: dict, on_done, scrape_interval_s: float,
+                 more: Sequence[tuple[Sequence[Request], LoadConfig]] = ()) -> None:
+        served = self._served(load, handle)
         watchdog = _Watchdog(handle.pid, self.run_timeout_s)
         try:
             warm_s = time.monotonic()
@@ -220,10 +226,21 @@ class VllmBackend:
             phase.warmup_s = time.monotonic() - warm_s
             outcome["run"] = run_endpoint(requests, served, on_done,
                                           scrape_interval_s=scrape_interval_s)
+            outcome["more"] = []
+            for extra_requests, extra_load in more:
+                if not handle.alive() or watchdog.fired:
+                    break
+                outcome["more"].append(run_endpoint(
+                    extra_requests, self._served(extra_load, handle), on_done,
+                    scrape_interval_s=scrape_interval_s))
         finally:
             watchdog.cancel()
         outcome["timed_out"] = watchdog.fired
         outcome["alive"] = handle.alive()
+
+    def _served(self, load: LoadConfig, handle: ServerHandle) -> LoadConfig:
+        return dataclasses.replace(load, base_url=handle.base_url, model=self.model_dir,
+                                   warmup_requests=0)
 
     def _finish(self, outcome: dict, phase: _Phases, log_path: Path, kept: bool) -> Trial:
         handle: ServerHandle = outcome["handle"]
@@ -238,9 +255,12 @@ class VllmBackend:
             status, cause, lines = ("oom" if failure.status == "oom" else "crash",
                                     f"the server died during the run: {failure.cause}",
                                     failure.lines)
+        workload_s = None
+        if run is not None:
+            workload_s = run.duration_s + sum(r.duration_s for r in outcome.get("more", ()))
         timings = TrialTimings(
             check_s=phase.check_s, startup_s=phase.startup_s, warmup_s=phase.warmup_s,
-            workload_s=run.duration_s if run is not None else None,
+            workload_s=workload_s,
             teardown_s=None if kept else (phase.stopped_s or 0) - (phase.stopping_s or 0),
             total_s=time.monotonic() - phase.started_s,
         )
@@ -248,7 +268,8 @@ class VllmBackend:
                      log_path=log_path, vllm_version=str(self.version),
                      startup=parse_startup(log), memory=outcome.get("memory"),
                      base_url=handle.base_url, server_pid=handle.pid,
-                     server_pids=tuple(sorted(outcome.get("pids", ()))), kept=kept)
+                     server_pids=tuple(sorted(outcome.get("pids", ()))), kept=kept,
+                     more_runs=tuple(outcome.get("more", ())))
 
     def _failed(self, status: str, cause: str, lines: Sequence[str], phase: _Phases,
                 log_path: Path, sampler: MemorySampler) -> Trial:

@@ -1,0 +1,148 @@
+"""One configuration, evaluated: a trial on the backend, summarised as one row of the study.
+
+A trial runs two workloads on the same server: the *capacity* run (the workload's lengths, all
+requests at once) says how much the configuration can serve — its output throughput is the
+throughput every goal speaks of — and the *traffic* run (the workload as given: its arrival rate)
+says what latency users would see; SLOs are checked on it. A workload without a rate has one
+run, which is both. Latency at saturation is queueing, and throughput at a rate below capacity
+is the rate: neither alone answers both questions.
+
+A row is plain JSON (the study store keeps it, the report reads it); its ``metrics`` use
+``vllm bench serve``'s keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sweetspot._errors import SweetspotError
+from sweetspot.backends.loadgen import LoadConfig
+from sweetspot.backends.trial import Trial
+from sweetspot.metrics.run import measure
+from sweetspot.spec.knobs import ServingConfig, SpeculativeConfig
+from sweetspot.spec.requests import Request, sample_requests
+from sweetspot.spec.workload import ArrivalSpec, WorkloadSpec
+
+__all__ = ["LATENCY_KEYS", "Backend", "Evaluator", "config_to_json", "parse_slos"]
+
+STATS = ("mean", "median", "p90", "p95", "p99")
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+LATENCY_KEYS = tuple(f"{s}_{m}_ms" for m in LATENCIES for s in STATS)
+THROUGHPUT_KEYS = ("output_throughput", "request_throughput", "total_token_throughput")
+
+
+class Backend(Protocol):
+    """Where trials run: the simulator, real vLLM servers (``backends.vllm``), a test fake."""
+
+    name: str
+
+    def run(self, config: ServingConfig, requests: Sequence[Request], load: LoadConfig, *,
+            more: Sequence[tuple[Sequence[Request], LoadConfig]] = ()) -> Trial: ...
+
+
+def parse_slos(text: str | None) -> dict[str, float]:
+    """``p99_ttft=300ms,p99_tpot=50ms,median_e2el=2s`` -> {"p99_ttft_ms": 300.0, ...};
+    a bare metric (``ttft=300ms``) means its P99."""
+    slos: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        name, sep, value = part.partition("=")
+        name = name.strip().lower()
+        if "_" not in name:
+            name = f"p99_{name}"
+        key = name.removesuffix("_ms") + "_ms"
+        if not sep or key not in LATENCY_KEYS:
+            raise SweetspotError(
+                f"bad SLO {part!r}: expected e.g. p99_ttft=300ms; metrics are "
+                f"{', '.join(LATENCIES)} with {', '.join(STATS)}")
+        text_value = value.strip().lower()
+        scale = 1000.0 if text_value.endswith("s") and not text_value.endswith("ms") else 1.0
+        try:
+            limit = float(text_value.removesuffix("ms").removesuffix("s")) * scale
+        except ValueError:
+            raise SweetspotError(f"bad SLO {part!r}: expected a time like 300ms or 2s") from None
+        if limit <= 0:
+            raise SweetspotError(f"bad SLO {part!r}: the limit must be positive")
+        slos[key] = limit
+    return slos
+
+
+def config_to_json(config: ServingConfig) -> dict[str, Any]:
+    return {k: (v.to_dict() if isinstance(v, SpeculativeConfig) else v)
+            for k, v in config.explicit().items()}
+
+
+@dataclass
+class Evaluator:
+    """Runs configurations on ``backend`` with one workload; every call draws the same
+    requests (``seed``) unless a repeat asks for others."""
+
+    backend: Backend
+    workload: WorkloadSpec
+    num_requests: int
+    slos: Mapping[str, float]
+    vocab_size: int
+    seed: int = 0
+    max_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        self._cache: dict[int, tuple] = {}
+
+    def _runs(self, seed: int):
+        if seed not in self._cache:
+            wl = self.workload
+            capacity = dataclasses.replace(wl, arrival=ArrivalSpec(process="inf"))
+            load = LoadConfig(base_url="", model="", max_concurrency=self.max_concurrency)
+            first = sample_requests(capacity, self.num_requests, seed=seed,
+                                    vocab_size=self.vocab_size)
+            more = []
+            if wl.arrival.process not in ("inf", "closed"):
+                more.append((sample_requests(wl, self.num_requests, seed=seed + 7919,
+                                             vocab_size=self.vocab_size), load))
+            self._cache[seed] = (first, load, tuple(more))
+        return self._cache[seed]
+
+    def evaluate(self, config: ServingConfig, *, repeat: int = 0) -> tuple[dict, Trial]:
+        """Row (without number/phase) and the trial itself."""
+        first, load, more = self._runs(self.seed + 1000 * repeat)
+        trial = self.backend.run(config, first, load, more=more)
+        return self.row(config, trial), trial
+
+    def row(self, config: ServingConfig, trial: Trial) -> dict:
+        metrics: dict[str, Any] = {}
+        facts = dict(trial.facts)
+        failed = None
+        if trial.ok and trial.run is not None:
+            capacity = measure(trial.run)
+            traffic = measure(trial.more_runs[0]) if trial.more_runs else capacity
+            cap, lat = capacity.result.to_dict(), traffic.result.to_dict()
+            metrics = {k: cap[k] for k in THROUGHPUT_KEYS}
+            metrics.update({k: lat[k] for k in LATENCY_KEYS if k in lat})
+            metrics["traffic_request_throughput"] = lat["request_throughput"]
+            failed = cap["failed"] + lat["failed"] if traffic is not capacity else cap["failed"]
+            metrics["failed"] = failed
+            for m in (capacity, traffic):
+                if m.server is not None:
+                    facts.setdefault("preemptions", m.server.preemptions)
+                    facts.setdefault("peak_kv_usage", m.server.peak_kv_cache_usage)
+        missed = [key for key, limit in self.slos.items()
+                  if key not in metrics or metrics[key] > limit]
+        memory = trial.memory
+        memory_bytes = None
+        if memory is not None:
+            memory_bytes = memory.device_bytes if memory.device_bytes is not None \
+                else memory.host_rss_bytes
+        return {
+            "config": config_to_json(config),
+            "status": trial.status,
+            "cause": trial.cause,
+            "metrics": metrics,
+            "memory_bytes": memory_bytes,
+            "kv_cache_tokens": trial.startup.kv_cache_tokens if trial.startup else None,
+            "slo_ok": trial.ok and not missed and not failed,
+            "slo_missed": missed,
+            "facts": {k: v for k, v in facts.items() if v is not None},
+            "seconds": round(trial.timings.total_s, 3),
+        }

@@ -1,0 +1,203 @@
+"""A whole study: settings in, trials stored, picks and a confirmed winner out.
+
+``StudySettings`` is everything that defines a study, as plain JSON: it is stored with the study,
+so ``--resume`` continues with exactly what the study started with, whatever the command line
+says now. ``run_study`` builds the backend, the space and the baseline from it, runs the strategy
+within the budget, confirms the finalists and stores the picks; ``study_data`` reads a stored
+study back as the plain dict the report and the CLI print from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sweetspot._errors import SweetspotError
+from sweetspot.engine.render import render_serve, render_yaml
+from sweetspot.spec.hardware import GiB, load_hardware
+from sweetspot.spec.knobs import ServingConfig, resolve_defaults
+from sweetspot.spec.model import load_model
+from sweetspot.spec.quant import load_quantization
+from sweetspot.spec.version import parse_vllm_version
+from sweetspot.spec.workload import validate_workload
+from sweetspot.tune.confirm import confirm_finalists
+from sweetspot.tune.evaluate import Evaluator, config_to_json
+from sweetspot.tune.picks import THROUGHPUT, candidates, choose_picks, pareto_front
+from sweetspot.tune.space import SearchSpace, _values, default_space, value_label
+from sweetspot.tune.store import StudyStore
+from sweetspot.tune.tuner import STRATEGIES, Budget, Tuner, config_from_json, make_sampler
+
+__all__ = ["StudySettings", "run_study", "study_data"]
+
+DRAFTS = {"Qwen2ForCausalLM": "Qwen/Qwen2.5-0.5B-Instruct"}
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    name: str
+    model: str  # catalog name, HF id or folder (what `vllm serve` gets)
+    gpu: str
+    quant: str | None
+    vllm_version: str
+    workload: dict  # workload_to_dict form
+    num_requests: int
+    slos: dict[str, float]
+    space: dict[str, list[str]]  # knob -> value labels, in order
+    baseline: dict  # ServingConfig as JSON, explicit settings
+    strategy: str = "auto"
+    objective: str = "throughput"  # or "pareto"
+    trials: int | None = 60
+    seconds: float | None = None
+    seed: int = 0
+    confirm_repeats: int = 3
+    memory_limit_gib: float | None = None
+    backend: str = "sim"  # "sim" or "vllm"
+    vllm: dict = field(default_factory=dict)  # real backend: python, template, env, tokenizer...
+    calibration: str | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> StudySettings:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def resolve_space_and_baseline(settings_space: dict[str, list[str]] | None, changes: dict,
+                               baseline: ServingConfig, version, hardware, arch, workload,
+                               ) -> tuple[SearchSpace, ServingConfig]:
+    """The space (default or stored, with the user's changes) and the baseline with every
+    varied knob made explicit (vLLM's default where the baseline left it unset), each
+    baseline value a point of its dimension."""
+    if settings_space is not None:
+        from sweetspot.tune.space import Dimension
+
+        space = SearchSpace(tuple(Dimension(k, _values(k, labels))
+                                  for k, labels in settings_space.items()))
+    else:
+        draft = DRAFTS.get(arch.architecture)
+        space = default_space(version, hardware, arch, workload, draft=draft)
+    space = space.with_changes(changes)
+    if not space.dimensions:
+        raise SweetspotError("the search space is empty: nothing to tune")
+    resolved = resolve_defaults(baseline, version, hardware, arch.max_position_embeddings)
+    explicit = {}
+    dims = []
+    for dim in space.dimensions:
+        value = getattr(baseline, dim.knob)
+        if value is None:
+            value = getattr(resolved, dim.knob)
+        explicit[dim.knob] = value
+        if value_label(value) not in dim.labels:
+            dim = dataclasses.replace(dim, values=(value, *dim.values))
+        dims.append(dim)
+    return SearchSpace(tuple(dims)), baseline.replace(**explicit)
+
+
+def _backend(settings: StudySettings, setup, model_ref: str):
+    if settings.backend == "sim":
+        from sweetspot.backends.sim.backend import SimBackend
+
+        step_model = None
+        if settings.calibration:
+            from sweetspot.backends.sim.calibration import load_calibration
+
+            step_model = load_calibration(Path(settings.calibration), setup.hardware,
+                                          setup.arch).step_model
+        return SimBackend(setup, step_model, seed=settings.seed)
+    from sweetspot.backends.vllm import VllmBackend
+
+    v = settings.vllm
+    version = parse_vllm_version(settings.vllm_version) if v.get("template") else None
+    return VllmBackend(model_ref, trials_dir=Path(v.get("trials_dir", ".sweetspot/trials")),
+                       tokenizer_dir=v.get("tokenizer"), python=v.get("python"),
+                       template=v.get("template"), vllm_version=version,
+                       hardware=setup.hardware, env=v.get("env") or {},
+                       extra_args=v.get("args") or (),
+                       startup_timeout_s=v.get("startup_timeout_s", 600.0),
+                       run_timeout_s=v.get("run_timeout_s"))
+
+
+def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
+              space_changes: dict | None = None,
+              on_trial: Callable[[dict, dict | None], None] | None = None,
+              on_phase: Callable[[str], None] | None = None) -> dict:
+    """Run (or continue) the study; returns ``study_data`` of the result."""
+    from sweetspot.backends.sim import SimSetup
+
+    if settings.strategy not in STRATEGIES:
+        raise SweetspotError(f"unknown strategy {settings.strategy!r}; known: "
+                             f"{', '.join(STRATEGIES)}")
+    if settings.objective not in ("throughput", "pareto"):
+        raise SweetspotError(f"unknown objective {settings.objective!r}: throughput or pareto")
+    version = parse_vllm_version(settings.vllm_version)
+    hardware = load_hardware(settings.gpu)
+    resolved = load_model(settings.model)
+    quant = (load_quantization(settings.quant) if settings.quant
+             else resolved.quantization or resolved.arch.default_quantization())
+    workload = validate_workload(settings.workload, "the study's workload")
+    baseline = config_from_json(settings.baseline)
+    space, baseline = resolve_space_and_baseline(
+        settings.space or None, space_changes or {}, baseline, version, hardware,
+        resolved.arch, workload)
+    if not resume:
+        settings = dataclasses.replace(
+            settings, space={d.knob: list(d.labels) for d in space.dimensions},
+            baseline=config_to_json(baseline))
+    setup = SimSetup(hardware, resolved.arch, quant, ServingConfig(), version)
+    backend = _backend(settings, setup, settings.model)
+    evaluator = Evaluator(backend, workload, settings.num_requests, settings.slos,
+                          vocab_size=min(resolved.arch.vocab_size, 32_000), seed=settings.seed)
+    directions = ("maximize", "minimize") if settings.objective == "pareto" else ("maximize",)
+    store = StudyStore.open(storage_url, settings.name, space, resume=resume,
+                            directions=directions,
+                            sampler=make_sampler(settings.objective, settings.seed),
+                            meta={"settings": settings.to_dict()})
+    tuner = Tuner(store, evaluator, space, baseline,
+                  budget=Budget(settings.trials, settings.seconds),
+                  objective=settings.objective, seed=settings.seed, on_trial=on_trial)
+    tuner.run(settings.strategy)
+    rows = tuner.ordered_rows()
+    base_row = tuner.baseline_row()
+    if on_phase is not None:
+        on_phase("confirming finalists")
+    pool = sorted(candidates(rows), key=lambda r: -r["metrics"][THROUGHPUT])
+    finalists = [(r, config_from_json(r["config"])) for r in pool[:2]]
+    confirmation = confirm_finalists(evaluator, finalists, settings.confirm_repeats)
+    offered = workload.arrival.rate if workload.arrival.process not in ("inf", "closed") \
+        else None
+    limit = int(settings.memory_limit_gib * GiB) if settings.memory_limit_gib else None
+    picks = choose_picks(rows, base_row, offered, limit)
+    model_ref = settings.model
+    store.set_attr("picks", [
+        {"goal": p.goal, "trial": p.row["number"], "gain": p.gain, "reasons": list(p.reasons),
+         "command": render_serve(config_from_json(p.row["config"]), model_ref,
+                                 version).command(),
+         "yaml": render_yaml(config_from_json(p.row["config"]), model_ref, version)}
+        for p in picks])
+    store.set_attr("pareto", [r["number"] for r in pareto_front(rows)])
+    store.set_attr("confirmation", confirmation.to_dict() if confirmation else None)
+    store.set_attr("baseline_number", base_row["number"] if base_row else None)
+    return study_data(store.study, storage_url)
+
+
+def study_data(study, storage_url: str) -> dict:
+    """A stored study as the report's plain dict (see ``report``)."""
+    attrs = study.user_attrs
+    settings = attrs.get("settings", {})
+    rows = StudyStore(study, SearchSpace(()), ()).rows()
+    rows.sort(key=lambda r: r["number"])
+    return {
+        "study": study.study_name, "storage": storage_url,
+        "model": settings.get("model"), "gpu": settings.get("gpu"),
+        "vllm_version": settings.get("vllm_version"),
+        "workload": (settings.get("workload") or {}).get("name"),
+        "backend": settings.get("backend"), "objective": settings.get("objective"),
+        "slos": settings.get("slos", {}), "baseline": attrs.get("baseline_number"),
+        "trials": rows, "picks": attrs.get("picks", []), "pareto": attrs.get("pareto", []),
+        "confirmation": attrs.get("confirmation"), "settings": settings,
+    }
+

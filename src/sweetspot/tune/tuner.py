@@ -1,0 +1,184 @@
+"""The study loop: strategies propose configurations, the evaluator runs them, the store keeps
+every trial, the budget stops it.
+
+Strategies (``STRATEGIES``):
+- ``ofat`` — the guide's method: the baseline, then each knob swept alone from it, then the
+  combination of each knob's best value;
+- ``grid`` — every configuration of the space, in a seeded random order (so a budget cut gives
+  a uniform sample: "grid-random");
+- ``optuna`` — TPE on throughput with the SLOs and failures as constraints (failed trials are
+  told to the sampler as infeasible, not dropped), or NSGA-II on throughput vs P99 latency with
+  ``objective="pareto"``;
+- ``auto`` (the default) — ``ofat``, then ``optuna`` from everything learnt, until the budget.
+Each configuration runs once per study: a strategy proposing a known one gets the stored row.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import optuna
+
+from sweetspot.spec.knobs import ServingConfig, SpeculativeConfig
+from sweetspot.tune.evaluate import Evaluator
+from sweetspot.tune.picks import LATENCY, THROUGHPUT, candidates
+from sweetspot.tune.space import SearchSpace, config_key
+from sweetspot.tune.store import StudyStore
+
+__all__ = ["STRATEGIES", "Budget", "Tuner", "config_from_json", "make_sampler"]
+
+STRATEGIES = ("auto", "ofat", "grid", "optuna")
+# The sampler may keep proposing stored configurations once the space is nearly exhausted.
+MAX_DUPLICATES_IN_A_ROW = 200
+WORST_LATENCY_MS = 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    trials: int | None = None  # configurations run (stored duplicates are free)
+    seconds: float | None = None
+
+
+def config_from_json(data: dict) -> ServingConfig:
+    values = dict(data)
+    if isinstance(values.get("speculative"), dict):
+        values["speculative"] = SpeculativeConfig.from_dict(values["speculative"])
+    return ServingConfig().replace(**values)
+
+
+def make_sampler(objective: str, seed: int) -> optuna.samplers.BaseSampler:
+    """Both samplers read each trial's constraints (``Trial.set_constraint``)."""
+    if objective == "pareto":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=20)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=8, multivariate=True)
+
+
+class Tuner:
+    def __init__(self, store: StudyStore, evaluator: Evaluator, space: SearchSpace,
+                 baseline: ServingConfig, *, budget: Budget, objective: str = "throughput",
+                 seed: int = 0, on_trial: Callable[[dict, dict | None], None] | None = None):
+        self.store = store
+        self.evaluator = evaluator
+        self.space = space
+        self.baseline = baseline
+        self.budget = budget
+        self.objective = objective
+        self.seed = seed
+        self.on_trial = on_trial
+        self.rows: dict[str, dict] = {}
+        for row in store.rows():  # a resumed study: what is done stays done
+            self.rows[config_key(config_from_json(row["config"]))] = row
+        self.ran = 0
+        self.started_s = time.monotonic()
+
+    # -- budget and bookkeeping
+
+    def exhausted(self) -> bool:
+        b = self.budget
+        return ((b.trials is not None and len(self.rows) >= b.trials)
+                or (b.seconds is not None and time.monotonic() - self.started_s >= b.seconds))
+
+    def best(self) -> dict | None:
+        pool = candidates(list(self.rows.values()))
+        return max(pool, key=lambda r: r["metrics"][THROUGHPUT]) if pool else None
+
+    def baseline_row(self) -> dict | None:
+        return self.rows.get(config_key(self.baseline))
+
+    def _values(self, row: dict) -> tuple[tuple[float, ...], dict[str, float]]:
+        """Objective values and constraints (> 0 infeasible): a failed trial is infeasible
+        with the worst values, so the sampler learns to avoid its region."""
+        m = row["metrics"]
+        ok = row["status"] == "ok" and bool(m)
+        throughput = m.get(THROUGHPUT, 0.0) if ok else 0.0
+        constraints = {"ran": 0.0 if ok else 1.0, "failed_requests": float(m.get("failed") or 0)}
+        for key, limit in self.evaluator.slos.items():
+            constraints[key] = m[key] / limit - 1 if key in m else 1.0
+        if self.objective == "pareto":
+            latency = m.get(LATENCY, WORST_LATENCY_MS) if ok else WORST_LATENCY_MS
+            return (throughput, latency), constraints
+        return (throughput,), constraints
+
+    def _run(self, trial: optuna.trial.Trial, config: ServingConfig, phase: str,
+             knob: str | None) -> dict:
+        row, _ = self.evaluator.evaluate(config)
+        row.update(number=trial.number, phase=phase, knob=knob)
+        values, constraints = self._values(row)
+        self.store.tell(trial, row, values, constraints)
+        self.rows[config_key(config)] = row
+        self.ran += 1
+        if self.on_trial is not None:
+            self.on_trial(row, self.best())
+        return row
+
+    def evaluate(self, config: ServingConfig, phase: str, knob: str | None = None) -> dict:
+        """The row of ``config``: stored, or run now."""
+        key = config_key(config)
+        if key in self.rows:
+            return self.rows[key]
+        trial = self.store.ask(self.space.labels_of(config))
+        return self._run(trial, config, phase, knob)
+
+    # -- strategies
+
+    def run(self, strategy: str) -> None:
+        if strategy in ("auto", "ofat"):
+            self.run_ofat()
+        if strategy in ("auto", "optuna"):
+            self.run_optuna()
+        if strategy == "grid":
+            self.run_grid()
+
+    def run_ofat(self) -> None:
+        base = self.evaluate(self.baseline, "baseline")
+        sweeps: dict[str, list[tuple[object, dict]]] = {}
+        for dim in self.space.dimensions:
+            current = getattr(self.baseline, dim.knob)
+            sweeps[dim.knob] = [(current, base)]
+            for value in dim.values:
+                if value == current or self.exhausted():
+                    continue
+                row = self.evaluate(self.baseline.replace(**{dim.knob: value}), "ofat", dim.knob)
+                sweeps[dim.knob].append((value, row))
+        if self.exhausted():
+            return
+        best = {}
+        for knob, tried in sweeps.items():
+            fine = [(v, r) for v, r in tried if r in candidates([r])]
+            if fine:
+                best[knob] = max(fine, key=lambda vr: vr[1]["metrics"][THROUGHPUT])[0]
+        self.evaluate(self.baseline.replace(**best), "combined")
+
+    def run_grid(self) -> None:
+        dims = self.space.dimensions
+        combos = list(itertools.product(*(d.values for d in dims)))
+        random.Random(self.seed).shuffle(combos)
+        for combo in combos:
+            if self.exhausted():
+                return
+            config = self.baseline.replace(**{d.knob: v for d, v in zip(dims, combo,
+                                                                        strict=True)})
+            self.evaluate(config, "grid")
+
+    def run_optuna(self) -> None:
+        duplicates = 0
+        while not self.exhausted() and duplicates < MAX_DUPLICATES_IN_A_ROW:
+            trial = self.store.ask()
+            config = self.space.apply(self.baseline, trial.params)
+            key = config_key(config)
+            if key in self.rows:  # teach the sampler again, run nothing
+                known = self.rows[key]
+                values, constraints = self._values(known)
+                self.store.tell(trial, {**known, "duplicate_of": known["number"]}, values,
+                                constraints)
+                duplicates += 1
+                continue
+            duplicates = 0
+            self._run(trial, config, "optuna", None)
+
+    def ordered_rows(self) -> list[dict]:
+        return sorted(self.rows.values(), key=lambda r: r["number"])

@@ -1,0 +1,178 @@
+"""The study loop against a fake backend whose answer is known: strategies, failures as
+results, budget, resume after a kill, picks and confirmation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from sweetspot._errors import SweetspotError
+from sweetspot.backends.endpoint import EndpointRun
+from sweetspot.backends.loadgen import LoadConfig
+from sweetspot.backends.records import RequestRecord
+from sweetspot.backends.trial import Trial, TrialTimings
+from sweetspot.backends.vllm.memory import MemoryPeaks
+from sweetspot.spec.knobs import ServingConfig
+from sweetspot.spec.requests import Request
+from sweetspot.spec.workload import validate_workload
+from sweetspot.tune.confirm import welch_interval
+from sweetspot.tune.evaluate import Evaluator, parse_slos
+from sweetspot.tune.picks import choose_picks, pareto_front
+from sweetspot.tune.space import Dimension, SearchSpace
+from sweetspot.tune.store import StudyStore
+from sweetspot.tune.tuner import Budget, Tuner, make_sampler
+
+GiB = 2**30
+WORKLOAD = validate_workload({"name": "w", "prompt": {"kind": "fixed", "value": 8},
+                              "output": {"kind": "fixed", "value": 10},
+                              "arrival": {"process": "inf"}}, "test")
+SPACE = SearchSpace((Dimension("max_num_seqs", (16, 32, 64, 128, 256)),
+                     Dimension("gpu_memory_utilization", (0.8, 0.9, 0.95)),
+                     Dimension("enable_prefix_caching", (False, True))))
+
+
+class FakeBackend:
+    """Each request takes 1 s per token divided by a speed: speed grows with max-num-seqs up to
+    128, prefix caching adds 10 %; utilisation 0.95 with 256 sequences is an OOM."""
+
+    name = "fake"
+
+    def __init__(self, interrupt_on: int | None = None):
+        self.calls = 0
+        self.interrupt_on = interrupt_on
+
+    def run(self, config: ServingConfig, requests: Sequence[Request], load: LoadConfig, *,
+            more=()) -> Trial:
+        self.calls += 1
+        if self.interrupt_on is not None and self.calls == self.interrupt_on:
+            raise KeyboardInterrupt
+        memory = MemoryPeaks(None, int(config.gpu_memory_utilization * 80 * GiB), None, None, 1)
+        if config.gpu_memory_utilization == 0.95 and config.max_num_seqs == 256:
+            return Trial("oom", "CUDA out of memory", None, TrialTimings(total_s=0.0),
+                         memory=memory)
+        speed = min(config.max_num_seqs, 128) * (1.1 if config.enable_prefix_caching else 1.0)
+        records = []
+        for r in requests:
+            step = 1.0 / speed
+            chunks = tuple(step * (i + 1) for i in range(r.output_tokens))
+            records.append(RequestRecord(r.request_id, 0.0, 0.0, chunks, chunks[-1],
+                                         r.prompt_tokens, r.output_tokens, 0, None, None))
+        run = EndpointRun(tuple(records), max(c.end_s for c in records), 0, None, (), None)
+        return Trial("ok", None, run, TrialTimings(total_s=0.0), memory=memory,
+                     facts={"mean_batch": float(min(config.max_num_seqs, 100))})
+
+
+def _tuner(tmp_path: Path, backend: FakeBackend, *, budget: int, resume: bool = False,
+           strategy_seed: int = 0, slos: str | None = None) -> Tuner:
+    store = StudyStore.open(f"sqlite:///{tmp_path / 's.db'}", "study", SPACE, resume=resume,
+                            sampler=make_sampler("throughput", strategy_seed))
+    evaluator = Evaluator(backend, WORKLOAD, 20, parse_slos(slos), vocab_size=100)
+    baseline = ServingConfig(max_num_seqs=32, gpu_memory_utilization=0.9,
+                             enable_prefix_caching=False)
+    return Tuner(store, evaluator, SPACE, baseline, budget=Budget(trials=budget))
+
+
+def test_ofat_sweeps_each_knob_from_the_baseline_then_combines(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    tuner = _tuner(tmp_path, backend, budget=100)
+    tuner.run_ofat()
+    rows = tuner.ordered_rows()
+    assert [r["phase"] for r in rows[:1]] == ["baseline"]
+    ofat = [r for r in rows if r["phase"] == "ofat"]
+    assert len(ofat) == 4 + 2 + 1  # every other value of each knob, one knob at a time
+    for row in ofat:  # the other knobs keep the baseline's values
+        changed = [k for k, v in row["config"].items() if v != rows[0]["config"][k]]
+        assert changed == [row["knob"]]
+    combined = rows[-1]
+    assert combined["phase"] == "combined"
+    assert combined["config"]["max_num_seqs"] == 128  # the first value at the ceiling
+    assert combined["config"]["enable_prefix_caching"] is True
+    assert backend.calls == len(rows) == 9
+
+
+def test_failed_trial_is_a_result(tmp_path: Path) -> None:
+    tuner = _tuner(tmp_path, FakeBackend(), budget=200)
+    tuner.run_grid()
+    rows = tuner.ordered_rows()
+    assert len(rows) == SPACE.size == 30
+    oom = [r for r in rows if r["status"] == "oom"]
+    assert len(oom) == 2 and all(r["cause"] == "CUDA out of memory" for r in oom)
+    assert all(not r["slo_ok"] and r["metrics"] == {} for r in oom)
+
+
+def test_optuna_finds_the_best_within_a_third_of_the_grid(tmp_path: Path) -> None:
+    tuner = _tuner(tmp_path, FakeBackend(), budget=10)
+    tuner.run("auto")
+    best = tuner.best()
+    # the best throughput of the space: 128+ sequences, prefix caching on (+10 %)
+    assert best["config"]["max_num_seqs"] >= 128 and best["config"]["enable_prefix_caching"]
+    assert len(tuner.rows) == 10
+
+
+def test_resume_after_a_kill_loses_only_the_trial_in_flight(tmp_path: Path) -> None:
+    first = FakeBackend(interrupt_on=4)
+    with pytest.raises(KeyboardInterrupt):
+        _tuner(tmp_path, first, budget=8).run("ofat")
+    backend = FakeBackend()
+    tuner = _tuner(tmp_path, backend, budget=8, resume=True)
+    assert len(tuner.rows) == 3  # three finished before the kill
+    tuner.run("ofat")
+    assert len(tuner.rows) == 8
+    assert backend.calls == 5  # the interrupted one again, and four more
+    numbers = [r["number"] for r in tuner.ordered_rows()]
+    assert numbers[:3] == [0, 1, 2] and 3 not in numbers  # trial 3 is the failed, lost one
+
+
+def test_study_names_are_checked(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    StudyStore.open(url, "a", SPACE, resume=False)
+    with pytest.raises(SweetspotError, match="already exists"):
+        StudyStore.open(url, "a", SPACE, resume=False)
+    with pytest.raises(SweetspotError, match="no study named 'b'"):
+        StudyStore.open(url, "b", SPACE, resume=True)
+    with pytest.raises(SweetspotError, match="cannot open the study storage"):
+        StudyStore.open("postgresql://nobody@127.0.0.1:1/x", "a", SPACE, resume=False)
+
+
+def test_slos_constrain_the_picks(tmp_path: Path) -> None:
+    """TPOT = 1000 / speed ms: only max-num-seqs >= 64 with prefix caching meets 15 ms."""
+    tuner = _tuner(tmp_path, FakeBackend(), budget=100, slos="p99_tpot=15ms")
+    tuner.run_grid()
+    rows = tuner.ordered_rows()
+    ok = [r for r in rows if r["slo_ok"]]
+    assert ok and all(r["metrics"]["p99_tpot_ms"] <= 15 for r in ok)
+    assert any(r["status"] == "ok" and not r["slo_ok"] for r in rows)
+    picks = {p.goal: p for p in choose_picks(rows, tuner.baseline_row(), None)}
+    assert set(picks) == {"max-throughput", "low-latency", "memory-limited", "balanced"}
+    assert picks["memory-limited"].row["config"]["gpu_memory_utilization"] == 0.8
+    assert picks["max-throughput"].gain["output_throughput"] > 2  # 128 x 1.1 vs 32 sequences
+    assert any("max_num_seqs: 32 -> " in r for r in picks["max-throughput"].reasons)
+
+
+def test_pareto_front_is_non_dominated() -> None:
+    def row(n, tp, lat):
+        return {"number": n, "status": "ok", "metrics": {"output_throughput": tp,
+                                                         "p99_e2el_ms": lat}}
+    rows = [row(0, 100, 50), row(1, 200, 80), row(2, 150, 90), row(3, 300, 200),
+            row(4, 90, 40)]
+    assert [r["number"] for r in pareto_front(rows)] == [4, 0, 1, 3]
+
+
+def test_welch_interval() -> None:
+    diff, low, high = welch_interval([10.0, 11.0, 12.0], [5.0, 6.0, 7.0])
+    assert diff == 5.0 and 0 < low < 5 < high
+    _, low, high = welch_interval([10.0, 12.0, 8.0], [11.0, 9.0, 10.0])
+    assert low < 0 < high
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("p99_ttft=300", None), ("ttft=2s", None), ("p99_latency=3s", "bad SLO"),
+    ("p99_ttft=fast", "a time"), ("p99_ttft=-1ms", "positive")])
+def test_parse_slos(text: str, error: str | None) -> None:
+    if error is None:
+        assert next(iter(parse_slos(text).values())) in (300.0, 2000.0)
+    else:
+        with pytest.raises(SweetspotError, match=error):
+            parse_slos(text)
