@@ -665,6 +665,277 @@ def calibrate(
     return 0
 
 
+@app.command()
+def tune(
+    model: ModelOpt = "qwen2.5-14b",
+    gpu: Annotated[str, typer.Option(help="GPU from the catalog (cpu for the CPU build).")
+                   ] = "a100-80gb",
+    quant: QuantOpt = "awq",
+    workload: WorkloadOpt = "chat",
+    vllm_version: VersionOpt = str(DEFAULT_VLLM_VERSION),
+    backend: Annotated[str, typer.Option(help="sim (predict), vllm (launch real servers).")
+                       ] = "sim",
+    num_requests: Annotated[int | None, typer.Option(
+        min=4, help="Requests per run (default 300 simulated, 64 real).")] = None,
+    slo: Annotated[str | None, typer.Option(
+        help="e.g. p99_ttft=300ms,p99_tpot=50ms (checked at the workload's own rate).")] = None,
+    space: Annotated[list[str] | None, typer.Option(
+        "--space", help="knob=v1,v2,... replaces or adds a dimension; knob= drops it "
+                        "(repeatable).")] = None,
+    space_file: Annotated[Path | None, typer.Option(help="YAML: knob -> [values] (null "
+                                                         "drops).")] = None,
+    baseline: Annotated[str | None, typer.Option(
+        help='Your current command, "vllm serve MODEL ..." (default: vLLM\'s defaults).')
+                        ] = None,
+    strategy: Annotated[str, typer.Option(help="auto (ofat, then optuna), ofat, grid, "
+                                               "optuna.")] = "auto",
+    objective: Annotated[str, typer.Option(help="throughput (TPE) or pareto (NSGA-II: "
+                                                "throughput vs P99 latency).")] = "throughput",
+    trials: Annotated[int | None, typer.Option(min=1, help="Configurations to run at most "
+                                                     "(default 60 simulated, 8 real).")] = None,
+    time_budget: Annotated[str | None, typer.Option(help="Wall time at most, e.g. 90s, "
+                                                         "20m, 2h.")] = None,
+    confirm: Annotated[int, typer.Option(min=0, help="Extra runs of the two finalists.")
+                       ] = 3,
+    memory_gib: Annotated[float | None, typer.Option(
+        min=0.1, help="Memory-limited pick must fit this (GiB per GPU).")] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    calibration: Annotated[Path | None, typer.Option(help="Calibration file for the "
+                                                          "simulator.")] = None,
+    study_name: Annotated[str | None, typer.Option(help="Name in the storage (default: "
+                                                        "model-gpu-workload-time).")] = None,
+    storage: Annotated[str | None, typer.Option(help="Optuna storage URL (default "
+                                                     "sqlite:///.sweetspot/studies.db).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the named study with "
+                                                          "its stored settings.")] = False,
+    report_dir: Annotated[Path | None, typer.Option(help="Report folder (default "
+                                                         ".sweetspot/reports/STUDY).")] = None,
+    vllm_python: Annotated[str | None, typer.Option(help="Interpreter with vLLM (backend "
+                                                         "vllm).")] = None,
+    launch_template: Annotated[str | None, typer.Option(help="Launch command for vLLM "
+                                                             "elsewhere (backend vllm).")] = None,
+    tokenizer: Annotated[str | None, typer.Option(help="Tokenizer folder (backend vllm).")
+                         ] = None,
+    server_env: Annotated[list[str] | None, typer.Option(
+        "--env", help="KEY=VALUE for launched servers (repeatable).")] = None,
+    server_args: Annotated[str | None, typer.Option(
+        help='Fixed extra server options, e.g. "--enforce-eager" (backend vllm).')] = None,
+    trials_dir: Annotated[Path, typer.Option(help="Launched servers' logs.")] = Path(
+        ".sweetspot/trials"),
+) -> int:
+    """Find the best configuration: search the space on the simulator (default) or real vLLM,
+    print four picks (max throughput, low latency, memory-limited, balanced) with commands,
+    and write a report."""
+    import time as _time
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from sweetspot.tune.space import load_space_file, parse_space_items
+    from sweetspot.tune.store import StudyStore, default_storage_url
+    from sweetspot.tune.study import StudySettings, run_study
+
+    storage_url = storage or default_storage_url()
+    changes = {}
+    if space_file is not None:
+        changes.update(load_space_file(space_file))
+    changes.update(parse_space_items(space or []))
+    if resume:
+        if not study_name:
+            raise SweetspotError("--resume needs --study-name")
+        stored = StudyStore.load(storage_url, study_name).user_attrs.get("settings")
+        if not stored:
+            raise SweetspotError(f"study {study_name!r} has no sweetspot settings")
+        settings = StudySettings.from_dict(stored)
+        if trials is not None or time_budget is not None:  # a resumed study may get more
+            settings = dataclasses.replace(
+                settings, trials=trials if trials is not None else settings.trials,
+                seconds=_parse_duration(time_budget) if time_budget else settings.seconds)
+    else:
+        settings = _new_settings(model, gpu, quant, workload, vllm_version, backend,
+                                 num_requests, slo, baseline, strategy, objective, trials,
+                                 time_budget, confirm, memory_gib, seed, calibration,
+                                 study_name, vllm_python, launch_template, tokenizer,
+                                 server_env, server_args, trials_dir)
+    budget = settings.trials
+    started = _time.monotonic()
+    with Progress("[progress.description]{task.description}", BarColumn(),
+                  MofNCompleteColumn(), TimeRemainingColumn(), console=_err,
+                  transient=True) as progress:
+        task = progress.add_task(f"study {settings.name}", total=budget)
+
+        def on_trial(row: dict, best: dict | None) -> None:
+            line = f"trial {row['number']} {row['status']}"
+            if best is not None:
+                line += (f" | best so far: trial {best['number']}, "
+                         f"{best['metrics']['output_throughput']:,.0f} tok/s")
+            progress.update(task, advance=1, description=line)
+
+        data = run_study(settings, storage_url, resume=resume, space_changes=changes,
+                         on_trial=on_trial,
+                         on_phase=lambda text: progress.update(task, description=text))
+    elapsed = _time.monotonic() - started
+    _print_study(data, elapsed)
+    out = report_dir or Path(".sweetspot") / "reports" / settings.name
+    _write_report(data, out)
+    return 0 if data["picks"] else 1
+
+
+def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_requests, slo,
+                  baseline, strategy, objective, trials, time_budget, confirm, memory_gib,
+                  seed, calibration, study_name, vllm_python, launch_template, tokenizer,
+                  server_env, server_args, trials_dir):
+    import shlex
+    import time as _time
+
+    from sweetspot.engine.lint import lint_command
+    from sweetspot.tune.evaluate import config_to_json, parse_slos
+    from sweetspot.tune.study import StudySettings
+    from sweetspot.tune.tuner import STRATEGIES
+
+    if backend not in ("sim", "vllm"):
+        raise SweetspotError(f"--backend must be sim or vllm, not {backend!r}")
+    if strategy not in STRATEGIES:
+        raise SweetspotError(f"--strategy must be one of {', '.join(STRATEGIES)}, not "
+                             f"{strategy!r}")
+    if objective not in ("throughput", "pareto"):
+        raise SweetspotError(f"--objective must be throughput or pareto, not {objective!r}")
+    version = parse_vllm_version(vllm_version)
+    hardware = load_hardware(gpu)
+    wl = load_workload(workload)
+    slos = parse_slos(slo)
+    from sweetspot.spec.model import load_model
+
+    resolved = load_model(model)
+    if quant:
+        load_quantization(quant)
+    config = None
+    if baseline:
+        report = lint_command(baseline, version, hardware)
+        if report.errors:
+            raise SweetspotError(f"--baseline: {report.errors[0].message}")
+        config = report.config
+    from sweetspot.spec.knobs import ServingConfig
+    from sweetspot.tune.advise import _checkpoint
+
+    q = load_quantization(quant) if quant else (resolved.quantization
+                                               or resolved.arch.default_quantization())
+    model_ref = _checkpoint(model, resolved.arch, q, resolved.quantization)
+    seconds = _parse_duration(time_budget) if time_budget else None
+    real = backend == "vllm"
+    vllm: dict = {}
+    if real:
+        env: dict[str, str] = {}
+        for item in server_env or []:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise SweetspotError(f"bad --env {item!r}: expected KEY=VALUE")
+            env[key] = value
+        vllm = {"python": vllm_python or os.environ.get("SWEETSPOT_VLLM_PYTHON")
+                or sys.executable, "template": launch_template, "tokenizer": tokenizer,
+                "env": env, "trials_dir": str(trials_dir),
+                "args": shlex.split(server_args or "")}
+    name = study_name or (f"{resolved.arch.name}-{hardware.name}-{wl.name}-"
+                          f"{_time.strftime('%Y%m%d-%H%M%S')}")
+    return StudySettings(
+        name=name, model=model_ref if not real else model, gpu=hardware.name,
+        quant=q.name if not real else quant, vllm_version=str(version),
+        workload=workload_to_dict(wl), num_requests=num_requests or (64 if real else 300),
+        slos=slos, space={}, baseline=config_to_json(config or ServingConfig()),
+        strategy=strategy, objective=objective,
+        trials=trials or (None if seconds and not real else (8 if real else 60)),
+        seconds=seconds, seed=seed, confirm_repeats=confirm, memory_limit_gib=memory_gib,
+        backend=backend, vllm=vllm, calibration=str(calibration) if calibration else None)
+
+
+def _parse_duration(text: str) -> float:
+    value = text.strip().lower()
+    scale = {"s": 1, "m": 60, "h": 3600}.get(value[-1:])
+    try:
+        seconds = float(value[:-1] if scale else value) * (scale or 1)
+    except ValueError:
+        raise SweetspotError(f"bad duration {text!r}: expected e.g. 90s, 20m, 2h") from None
+    if seconds <= 0:
+        raise SweetspotError(f"bad duration {text!r}: must be positive")
+    return seconds
+
+
+def _print_study(data: dict, elapsed_s: float) -> None:
+    rows = data["trials"]
+    failed = sum(r["status"] != "ok" for r in rows)
+    _out.print(f"sweetspot tune: study {data['study']} — {data['model']} on {data['gpu']}, "
+               f"vLLM {data['vllm_version']}, workload {data['workload']!r}, backend "
+               f"{data['backend']}: {len(rows)} trials ({failed} failed) in {elapsed_s:.1f} s",
+               markup=False)
+    if data["slos"]:
+        _out.print("SLOs: " + ", ".join(f"{k} <= {v:g} ms" for k, v in data["slos"].items()),
+                   markup=False)
+    by_number = {r["number"]: r for r in rows}
+    base = by_number.get(data["baseline"])
+    table = Table(title="picks (latencies: P99 ms at the workload's rate)")
+    table.add_column("goal", no_wrap=True)
+    for column in ("trial", "tok/s", "TTFT", "TPOT", "E2EL", "GiB", "gain"):
+        table.add_column(column, justify="right")
+    if base is not None and base["metrics"]:
+        m = base["metrics"]
+        table.add_row("(baseline)", str(base["number"]), f"{m['output_throughput']:,.0f}",
+                      f"{m['p99_ttft_ms']:,.0f}", f"{m['p99_tpot_ms']:,.1f}",
+                      f"{m['p99_e2el_ms']:,.0f}", _gib(base.get("memory_bytes")), "")
+    for pick in data["picks"]:
+        row = by_number[pick["trial"]]
+        m = row["metrics"]
+        gain = pick["gain"].get("output_throughput")
+        table.add_row(pick["goal"], str(row["number"]), f"{m['output_throughput']:,.0f}",
+                      f"{m['p99_ttft_ms']:,.0f}", f"{m['p99_tpot_ms']:,.1f}",
+                      f"{m['p99_e2el_ms']:,.0f}", _gib(row.get("memory_bytes")),
+                      "" if gain is None else f"{gain:+.0%}")
+    _out.print(table)
+    if not data["picks"]:
+        _out.print("no configuration met the SLOs; see the trials in the report", markup=False)
+    for pick in data["picks"]:
+        _out.print(f"\n[bold]{pick['goal']}[/bold] (trial {pick['trial']})")
+        _out.print(pick["command"], markup=False)
+        for reason in pick["reasons"]:
+            _out.print(f"  - {reason}", markup=False)
+    if data.get("confirmation"):
+        _out.print(f"\nfinalists: {data['confirmation']['text']}", markup=False)
+
+
+def _gib(value) -> str:
+    return "-" if value is None else f"{value / GiB:.1f}"
+
+
+def _write_report(data: dict, out: Path) -> None:
+    from sweetspot.report import build_report
+
+    try:
+        files = build_report(data, out)
+    except OSError as exc:
+        raise SweetspotError(f"cannot write the report to {out}: {exc}") from None
+    _out.print(f"report: {files.html} ({len(files.pngs)} figures, trial table "
+               f"{files.trials_csv.name})", markup=False)
+
+
+@app.command()
+def report(
+    study: Annotated[str, typer.Argument(help="Study name in the storage.")],
+    storage: Annotated[str | None, typer.Option(help="Optuna storage URL (default "
+                                                     "sqlite:///.sweetspot/studies.db).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Report folder (default "
+                                                  ".sweetspot/reports/STUDY).")] = None,
+) -> int:
+    """Tables, figures, HTML, JSON and CSV of a stored study."""
+    from sweetspot.report import terminal_tables
+    from sweetspot.tune.store import StudyStore, default_storage_url
+    from sweetspot.tune.study import study_data
+
+    url = storage or default_storage_url()
+    data = study_data(StudyStore.load(url, study), url)
+    for table in terminal_tables(data):
+        _out.print(table)
+    _write_report(data, out or Path(".sweetspot") / "reports" / study)
+    return 0
+
+
 @app.command("mock-server")
 def mock_server(
     host: Annotated[str, typer.Option()] = "127.0.0.1",
