@@ -141,3 +141,27 @@ def test_calibrate_a_live_server_with_the_built_in_profile(tiny_dir: Path, tmp_p
                   "--json", str(predicted))
     assert sim.returncode == 0, sim.stderr
     assert json.loads(predicted.read_text())["median_tpot_ms"] == pytest.approx(4.0, rel=0.25)
+
+
+def test_a_starved_run_measuring_zero_tpot_does_not_break_the_fit(
+    tiny_dir: Path, tmp_path: Path
+) -> None:
+    """A stream delivered in one chunk (an API server starved of CPU) measures TPOT 0: as a
+    relative error it would weigh infinitely and drive every coefficient to zero."""
+    paths = []
+    runs = [("c1", ArrivalSpec(process="closed", concurrency=1), 24, 1),
+            ("c4", ArrivalSpec(process="closed", concurrency=4), 48, 4),
+            ("inf", ArrivalSpec(process="inf"), 96, None)]
+    for i, (label, arrival, n, conc) in enumerate(runs):
+        data = _measure(tiny_dir, 16, arrival, n, 10 + i, conc)
+        if label == "c4":
+            data["median_tpot_ms"] = data["mean_tpot_ms"] = 0.0
+        path = tmp_path / f"{label}.json"
+        path.write_text(json.dumps(data))
+        paths.append(str(path))
+    out = tmp_path / "cal.json"
+    result = run_cli("calibrate", *paths, *_common(tiny_dir, 16), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    fitted = json.loads(out.read_text())["fitted_on"]
+    assert not any(r["measured"] == 0 for r in fitted)
+    assert all(abs(r["predicted"] / r["measured"] - 1) < 0.02 for r in fitted)

@@ -20,6 +20,7 @@ coefficients settle.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ __all__ = ["FIT_METRICS", "FitReport", "Observation", "fit_step_model"]
 
 FIT_METRICS = ("duration", "mean_tpot_ms", "median_tpot_ms", "mean_ttft_ms")
 _MAX_ITERATIONS = 12
+_MIN_MEASURED_S = 1e-5  # 10 µs: below, a statistic measured nothing
 _TOLERANCE = 0.002
 _DAMPING = 0.5  # relative change of every coefficient that ends the iteration
 
@@ -106,7 +108,10 @@ def _rows(run: SimRun, obs: Observation, half: float) -> list[tuple[str, np.ndar
                 row = row + frac * x[began - 1]
             ttft_rows.append(np.append(row, 1.0))
         rows.append(("mean_ttft_ms", np.mean(ttft_rows, axis=0), m["mean_ttft_ms"] / 1000))
-    return rows
+    # A statistic measured as zero is no measurement of step time (a starved API server can
+    # deliver a whole stream in one chunk: TPOT 0) and, as a relative error, would weigh
+    # infinitely: such rows are left out.
+    return [r for r in rows if math.isfinite(r[2]) and r[2] > _MIN_MEASURED_S]
 
 
 def fit_step_model(observations: Sequence[Observation], simulate_run: Simulate,
