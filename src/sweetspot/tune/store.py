@@ -37,6 +37,8 @@ def default_storage_url(path: Path = DEFAULT_STORAGE) -> str:
 
 
 def _storage(url: str) -> optuna.storages.BaseStorage:
+    if url == ":memory:":  # benchmarks and tests: nothing kept
+        return optuna.storages.InMemoryStorage()
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
         try:

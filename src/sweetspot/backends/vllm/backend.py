@@ -45,8 +45,11 @@ from sweetspot.spec.hardware import Hardware
 from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.requests import Request
 
-__all__ = ["VllmBackend", "split_serve_command"]
+__all__ = ["TRIAL_ENV", "VllmBackend", "split_serve_command"]
 
+# Every process of a trial's server carries its trial folder in the environment: a way to find
+# (and a test to prove there is no) leftover process, whatever title it gave itself.
+TRIAL_ENV = "SWEETSPOT_TRIAL"
 _SERVE_PROGRAMS = (("vllm", "serve"), ("python", "-m", "vllm.entrypoints.openai.api_server"))
 # Options the backend sets itself; a user's copy would start a second, conflicting value.
 _OWN_OPTIONS = ("--host", "--port", "--model")
@@ -182,7 +185,8 @@ class VllmBackend:
             try:
                 with launch_server(
                     self.python, self.model_dir, tokenizer_dir=self.tokenizer_dir, args=args,
-                    env=self.env, log_path=log_path, startup_timeout_s=self.startup_timeout_s,
+                    env={**self.env, TRIAL_ENV: str(folder.absolute())}, log_path=log_path,
+                    startup_timeout_s=self.startup_timeout_s,
                     stop_timeout_s=self.stop_timeout_s, template=self.template,
                     on_spawn=sampler.start, keep_running=keep_server,
                 ) as handle:
