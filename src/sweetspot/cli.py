@@ -618,6 +618,7 @@ def calibrate(
     from sweetspot.backends.sim import simulate as run_sim
     from sweetspot.backends.sim.calibration import (
         Calibration,
+        bunched_streams,
         model_fingerprint,
         observation_from_bench,
         profile_server,
@@ -639,6 +640,13 @@ def calibrate(
     if not loaded:
         raise SweetspotError("give result JSONs of `sweetspot bench --json` or --url")
     observations = [observation_from_bench(data, label) for label, data in loaded]
+    for (label, data), obs in zip(loaded, observations, strict=True):
+        if bunched_streams(data):
+            kept = "its duration only" if obs.measured.get("duration") else "none of it"
+            _err.print(f"note: {Path(label).name}: its streams arrived in bursts (median ITL "
+                       f"{data['median_itl_ms']:.2f} ms, mean TPOT {data['mean_tpot_ms']:.2f} "
+                       f"ms; a client or server short of CPU): fitting {kept}", markup=False)
+    observations = [obs for obs in observations if obs.measured]
     start = RooflineModel(setup.hardware, setup.arch, setup.quant)
 
     def simulate_run(requests, concurrency, step_model):

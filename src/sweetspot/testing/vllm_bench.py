@@ -14,8 +14,9 @@ import subprocess
 from pathlib import Path
 
 from sweetspot._errors import SweetspotError
+from sweetspot.backends.records import RequestRecord
 
-__all__ = ["run_vllm_bench_serve"]
+__all__ = ["records_from_detailed", "run_vllm_bench_serve"]
 
 # argv[0] is "-c"; the rest are the bench flags.
 _BENCH_SCRIPT = """\
@@ -44,12 +45,14 @@ def run_vllm_bench_serve(
     result_path: Path | str,
     timeout_s: float = 600.0,
     temperature: float | None = 0.0,
+    save_detailed: bool = False,
 ) -> dict:
     """Send ``num_prompts`` random prompts of exactly ``input_len`` tokens, each generating
     ``output_len`` tokens (EOS ignored), and return vLLM's saved result.
 
     ``model`` is the served model's name (for ``launch_server``: ``str(model_dir)``). The
-    client's output goes to ``<result_path>.log``.
+    client's output goes to ``<result_path>.log``. ``save_detailed`` keeps vLLM's per-request
+    lists (``ttfts``, ``itls``, ``latencies``, ...) in the result: ``records_from_detailed``.
     """
     result_path = Path(result_path).absolute()
     log_path = result_path.with_name(result_path.name + ".log")
@@ -76,6 +79,8 @@ def run_vllm_bench_serve(
     ]
     if max_concurrency is not None:
         argv += ["--max-concurrency", str(max_concurrency)]
+    if save_detailed:
+        argv.append("--save-detailed")
     if temperature is not None:
         # Since 0.2x vLLM's client no longer sends temperature 0 unless told, leaving the
         # server's default (random) sampling; sweetspot sends greedy requests, so compare those.
@@ -98,6 +103,30 @@ def run_vllm_bench_serve(
             f"(log: {log_path})"
         )
     return json.loads(result_path.read_text())
+
+
+def records_from_detailed(result: dict) -> list[RequestRecord]:
+    """vLLM's own per-request measurements (a ``--save-detailed`` result) as sweetspot records,
+    so the one metrics function can summarise exactly what vLLM's client measured."""
+    try:
+        starts = result["start_times"]
+        t0 = min(starts)
+        records = []
+        for i, start in enumerate(starts):
+            sent = start - t0
+            error = result["errors"][i] or None
+            ttft, itls = result["ttfts"][i], result["itls"][i]
+            chunks = [sent + ttft] if error is None else []
+            for gap in itls if error is None else ():
+                chunks.append(chunks[-1] + gap)
+            records.append(RequestRecord(
+                request_id=i, scheduled_s=sent, sent_s=sent, chunk_times_s=tuple(chunks),
+                end_s=sent + result["latencies"][i] if error is None else None,
+                prompt_tokens=int(result["input_lens"][i]),
+                output_tokens=int(result["output_lens"][i]), error=error))
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise SweetspotError(f"not a --save-detailed result of vllm bench serve: {exc}") from None
+    return records
 
 
 def _last_line(log_path: Path) -> str:

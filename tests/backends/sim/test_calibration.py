@@ -143,19 +143,24 @@ def test_calibrate_a_live_server_with_the_built_in_profile(tiny_dir: Path, tmp_p
     assert json.loads(predicted.read_text())["median_tpot_ms"] == pytest.approx(4.0, rel=0.25)
 
 
-def test_a_starved_run_measuring_zero_tpot_does_not_break_the_fit(
-    tiny_dir: Path, tmp_path: Path
+@pytest.mark.parametrize("factor", [0.0, 0.2])
+def test_a_starved_run_measuring_a_tiny_tpot_does_not_break_the_fit(
+    tiny_dir: Path, tmp_path: Path, factor: float
 ) -> None:
-    """A stream delivered in one chunk (an API server starved of CPU) measures TPOT 0: as a
-    relative error it would weigh infinitely and drive every coefficient to zero."""
+    """A stream delivered in one chunk (an API server starved of CPU) measures TPOT 0, in a few
+    bunches a fraction of the truth. Zero is no measurement and is left out; a fraction is one
+    bad statistic among many, and must not drag the rest down with it (seen in CI: a fit on a
+    relative error predicted 0.5 ms steps where every other run measured 3-10 ms)."""
     paths = []
     runs = [("c1", ArrivalSpec(process="closed", concurrency=1), 24, 1),
             ("c4", ArrivalSpec(process="closed", concurrency=4), 48, 4),
+            ("c16", ArrivalSpec(process="closed", concurrency=16), 48, 16),
             ("inf", ArrivalSpec(process="inf"), 96, None)]
     for i, (label, arrival, n, conc) in enumerate(runs):
         data = _measure(tiny_dir, 16, arrival, n, 10 + i, conc)
         if label == "c4":
-            data["median_tpot_ms"] = data["mean_tpot_ms"] = 0.0
+            data["median_tpot_ms"] *= factor
+            data["mean_tpot_ms"] *= factor
         path = tmp_path / f"{label}.json"
         path.write_text(json.dumps(data))
         paths.append(str(path))
@@ -164,4 +169,24 @@ def test_a_starved_run_measuring_zero_tpot_does_not_break_the_fit(
     assert result.returncode == 0, result.stderr
     fitted = json.loads(out.read_text())["fitted_on"]
     assert not any(r["measured"] == 0 for r in fitted)
-    assert all(abs(r["predicted"] / r["measured"] - 1) < 0.02 for r in fitted)
+    honest = [r for r in fitted if not (r["run"].endswith("c4.json") and "tpot" in r["metric"])]
+    assert len(honest) >= 10
+    errors = [abs(r["predicted"] / r["measured"] - 1) for r in honest]
+    assert max(errors) < 0.05, fitted
+
+
+def test_bunched_streams_keep_only_what_they_measured(tiny_dir: Path) -> None:
+    """Streams delivered in bursts (median ITL far below TPOT): a rate-inf run keeps its
+    duration, a closed loop -- whose next request waited for the late chunks -- nothing."""
+    from sweetspot.backends.sim.calibration import bunched_streams, observation_from_bench
+
+    inf = _measure(tiny_dir, 16, ArrivalSpec(process="inf"), 32, 1)
+    closed = _measure(tiny_dir, 16, ArrivalSpec(process="closed", concurrency=4), 32, 2, 4)
+    assert not bunched_streams(inf) and not bunched_streams(closed)
+    assert set(observation_from_bench(inf, "inf").measured) == {
+        "duration", "mean_tpot_ms", "median_tpot_ms", "mean_ttft_ms"}
+    for data in (inf, closed):
+        data["median_itl_ms"] = 0.0
+    assert bunched_streams(inf)
+    assert set(observation_from_bench(inf, "inf").measured) == {"duration"}
+    assert observation_from_bench(closed, "closed").measured == {}

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from sweetspot.backends.sim.calibration import bunched_streams
 from sweetspot.backends.vllm import launch_server
 from sweetspot.testing.tiny_model import TinyModel
 from tests.backends.vllm.conftest import SERVER_ARGS, assert_group_gone
@@ -48,6 +49,7 @@ PROFILE = (("closed1", None, 1, 16), ("closed4", None, 4, 32), ("closed16", None
            ("inf", "inf", None, 48), ("poisson", "2.7", None, 32))
 RUNS = (("inf", 48), ("1", 24), ("2", 32))  # (rate, requests), measured on every server
 ROUNDS = 2
+ATTEMPTS = 3  # per measured run, while its streams arrive bunched
 KEYS = ("output_throughput", "median_tpot_ms")
 TOLERANCE = 0.20  # the issue's 15 % held in every run but one value at 15.0 %; see above
 NOISY_TOLERANCE = 0.35  # median TPOT at a Poisson rate: see the module docstring
@@ -60,7 +62,20 @@ def _common(tiny: TinyModel, seqs: int) -> list[str]:
 
 
 def _bench(url: str, workload: Path, out: Path, seed: int, n: int, rate: str | None,
-           concurrency: int | None) -> None:
+           concurrency: int | None, attempts: int = 1) -> int:
+    """Measure; a run whose streams arrived in bursts (``bunched_streams``) measured the CPU
+    scheduler rather than the server's steps, and is run again, up to ``attempts`` times.
+    Returns the attempts used."""
+    attempt = 1
+    _bench_once(url, workload, out, seed, n, rate, concurrency)
+    while attempt < attempts and bunched_streams(json.loads(out.read_text())):
+        attempt += 1
+        _bench_once(url, workload, out, seed, n, rate, concurrency)
+    return attempt
+
+
+def _bench_once(url: str, workload: Path, out: Path, seed: int, n: int, rate: str | None,
+                concurrency: int | None) -> None:
     args = ["bench", "--url", url, "--workload", str(workload), "--num-requests", str(n),
             "--vocab-size", "4096", "--seed", str(seed), "--metrics-interval", "0",
             "--json", str(out)]
@@ -73,9 +88,10 @@ def _bench(url: str, workload: Path, out: Path, seed: int, n: int, rate: str | N
 
 
 def _measure_interleaved(servers: dict, workload: Path, tmp_path: Path
-                         ) -> tuple[list[str], list[tuple[int, str, int, int, Path]]]:
+                         ) -> tuple[list[str], list[tuple[int, str, int, int, Path, int]]]:
     """Per round: a profile run on the calibration server, then one measured run on every
-    server, in turn. Returns the profile results and (seqs, rate, n, seed, path) per run."""
+    server, in turn. Returns the profile results and (seqs, rate, n, seed, path, attempts)
+    per measured run."""
     profile_results, measured = [], []
     calibration_url = servers[CALIBRATION_SEQS].base_url
     for round_ in range(ROUNDS):
@@ -92,8 +108,9 @@ def _measure_interleaved(servers: dict, workload: Path, tmp_path: Path
                 for seqs, server in servers.items():
                     seed = 1000 * round_ + 100 * seqs + i  # fresh prompts every run
                     path = tmp_path / f"m{seed}.json"
-                    _bench(server.base_url, workload, path, seed, n, rate, None)
-                    measured.append((seqs, rate, n, seed, path))
+                    tries = _bench(server.base_url, workload, path, seed, n, rate, None,
+                                   attempts=ATTEMPTS)
+                    measured.append((seqs, rate, n, seed, path, tries))
     return profile_results, measured
 
 
@@ -121,7 +138,8 @@ def test_calibrated_simulator_predicts_other_max_num_seqs(
     assert fitted.returncode == 0, fitted.stderr + fitted.stdout
     measured: dict[tuple, list[float]] = {}
     predicted: dict[tuple, list[float]] = {}
-    for seqs, rate, n, seed, path in measured_runs:
+    retried = sum(tries > 1 for *_, tries in measured_runs)
+    for seqs, rate, n, seed, path, _tries in measured_runs:
         p_path = tmp_path / f"p{seed}.json"
         sim = run_cli("simulate", *_common(tiny, seqs), "--workload", str(workload),
                       "--num-requests", str(n), "--rate", rate, "--seed", str(seed),
@@ -140,6 +158,8 @@ def test_calibrated_simulator_predicts_other_max_num_seqs(
         rows.append((abs(p / m - 1) / bound,
                       f"mns {seqs:>2} rate {rate:>3} {metric:17s} measured {m:8.2f} ({rounds}) "
                       f"simulated {p:8.2f} ({p / m - 1:+.1%}, bound {bound:.0%})"))
-    report = "\n".join(line for _, line in rows)
+    report = "\n".join(line for _, line in rows) + (
+        f"\n{retried} of {len(measured_runs)} measured runs were run again (bunched streams)")
     print(report)
-    assert max(share for share, _ in rows) <= 1.0, report  # every error within its bound
+    # every error within its bound; the fit's own table says what the calibration runs measured
+    assert max(share for share, _ in rows) <= 1.0, report + "\n" + fitted.stdout

@@ -22,8 +22,8 @@ from sweetspot.spec.model import ModelArch
 from sweetspot.spec.requests import sample_requests
 from sweetspot.spec.workload import WorkloadSpec, validate_workload
 
-__all__ = ["Calibration", "load_calibration", "model_fingerprint", "observation_from_bench",
-           "save_calibration"]
+__all__ = ["Calibration", "bunched_streams", "load_calibration", "model_fingerprint",
+           "observation_from_bench", "save_calibration"]
 
 FORMAT = "sweetspot-calibration/1"
 _SHAPE_FIELDS = ("num_layers", "hidden_size", "intermediate_size", "num_heads", "num_kv_heads",
@@ -112,8 +112,27 @@ def observation_from_bench(data: Mapping[str, Any], label: str) -> Observation:
     if int(data.get("failed", 0)):
         raise SweetspotError(f"{label}: {data['failed']} requests failed in that run; "
                              "calibrate on clean runs")
+    if bunched_streams(data):  # token times are the client's or API server's, not the steps'
+        for key in ("mean_tpot_ms", "median_tpot_ms", "mean_ttft_ms"):
+            measured.pop(key, None)
+        if spec.arrival.process == "closed":  # the loop waited for late chunks: so did its
+            measured.pop("duration", None)  # server, and the duration is the client's too
     saturated = spec.arrival.process in ("inf", "closed")
     return Observation(label, requests, meta.get("max_concurrency"), measured, saturated)
+
+
+def bunched_streams(data: Mapping[str, Any]) -> bool:
+    """Whether a run's streams arrived in bursts rather than token by token: its median gap
+    between chunks (ITL) under half its mean TPOT. A client or API server starved of CPU (seen
+    on 2-core machines running the CPU build beside its client) receives a whole answer at
+    once: TTFT then includes the decode and TPOT reads near 0, while the run's duration, and
+    so its throughput, are still right -- except in a closed loop, whose next request waited
+    for the late chunks. Such a run's latencies say nothing about step times."""
+    try:
+        itl, tpot = float(data["median_itl_ms"]), float(data["mean_tpot_ms"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    return tpot > 0 and itl < 0.5 * tpot
 
 
 # The built-in profile: batch sizes from 1 to saturation, and one open-loop rate in between.

@@ -13,9 +13,17 @@ measured statistic is one linear equation in the coefficients:
   durations up to its first token's step) + the front end's latency.
 
 The trajectory itself depends on the coefficients (batches form differently when steps are
-slower), so fitting alternates: simulate with the current model, solve the equations by least
-squares (relative errors, non-negative coefficients: scipy's NNLS), repeat until the
-coefficients settle.
+slower), so fitting alternates: simulate with the current model, solve the equations, repeat
+until the coefficients settle.
+
+The solve is robust least squares on log(predicted / measured), with non-negative coefficients
+(scipy's ``least_squares``, soft-L1 loss beyond ~10 %). Log errors are symmetric: an over-
+prediction of 5x costs what an under-prediction of 5x does. A plain relative error
+(predicted / measured - 1) is not: under-predicting costs at most 1 while over-predicting is
+unbounded, so one statistic measured far too low (a stream delivered in bunches to a client or
+API server starved of CPU measures a tiny TPOT) dragged every coefficient towards zero and the
+whole calibration with it (seen in CI). The soft-L1 loss lets such a row count like any other
+large error instead of quadratically.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import nnls
+from scipy.optimize import least_squares, nnls
 
 from sweetspot._errors import SweetspotError
 from sweetspot.backends.sim.cost import LinearStepModel, StepTimeModel, features
@@ -39,6 +47,7 @@ _MAX_ITERATIONS = 12
 _MIN_MEASURED_S = 1e-5  # 10 µs: below, a statistic measured nothing
 _TOLERANCE = 0.002
 _DAMPING = 0.5  # relative change of every coefficient that ends the iteration
+_ROBUST_SCALE = 0.1  # log error (~10 %) beyond which a statistic counts linearly, not squared
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +123,23 @@ def _rows(run: SimRun, obs: Observation, half: float) -> list[tuple[str, np.ndar
     return [r for r in rows if math.isfinite(r[2]) and r[2] > _MIN_MEASURED_S]
 
 
+def _solve(a: np.ndarray) -> np.ndarray:
+    """Non-negative ``c`` with ``a @ c`` (predicted / measured per statistic) close to 1 in
+    log terms, robustly (see the module docstring)."""
+    scale = np.maximum(np.abs(a).max(axis=0), 1e-12)  # comparable column magnitudes
+    scaled = a / scale
+    start = nnls(scaled, np.ones(len(a)))[0]  # least squares on relative errors: a start
+    start = np.maximum(start, 1e-6 * max(float(start.max()), 1e-6))  # strictly feasible
+
+    def ratio(z: np.ndarray) -> np.ndarray:
+        return np.maximum(scaled @ z, 1e-9)
+
+    fitted = least_squares(lambda z: np.log(ratio(z)), start,
+                           jac=lambda z: scaled / ratio(z)[:, None], bounds=(0.0, np.inf),
+                           loss="soft_l1", f_scale=_ROBUST_SCALE, method="trf")
+    return fitted.x / scale
+
+
 def fit_step_model(observations: Sequence[Observation], simulate_run: Simulate,
                    start: StepTimeModel) -> FitReport:
     """Fit a ``LinearStepModel`` to ``observations``. ``simulate_run(requests, concurrency,
@@ -131,10 +157,7 @@ def fit_step_model(observations: Sequence[Observation], simulate_run: Simulate,
         if len(equations) < 2:
             raise SweetspotError("the measured runs give too few statistics to calibrate on")
         a = np.asarray([row / value for _, row, value in equations])
-        b = np.ones(len(equations))
-        # Scale columns so the solver sees comparable magnitudes.
-        scale = np.maximum(np.abs(a).max(axis=0), 1e-12)
-        solution = nnls(a / scale, b)[0] / scale
+        solution = _solve(a)
         if previous is not None:  # damped: the trajectory reacts to the coefficients
             solution = _DAMPING * solution + (1 - _DAMPING) * previous
         model = LinearStepModel(tuple(float(v) for v in solution[:-1]), float(solution[-1]))

@@ -240,7 +240,10 @@ class VllmBackend:
         finally:
             watchdog.cancel()
         outcome["timed_out"] = watchdog.fired
-        outcome["alive"] = handle.alive()
+        runs = [outcome.get("run"), *outcome.get("more", ())]
+        failed = any(r is None or any(rec.error for rec in r.records) for r in runs)
+        # Requests that failed may mean a dying server: give it a moment to be seen dead.
+        outcome["alive"] = handle.alive(grace_s=_DEATH_GRACE_S if failed else 0.0)
 
     def _served(self, load: LoadConfig, handle: ServerHandle) -> LoadConfig:
         return dataclasses.replace(load, base_url=handle.base_url, model=self.model_dir,
@@ -294,6 +297,9 @@ class _Phases:
     warmup_s: float | None = None
     stopping_s: float | None = None
     stopped_s: float | None = None
+
+
+_DEATH_GRACE_S = 2.0
 
 
 class _Watchdog:

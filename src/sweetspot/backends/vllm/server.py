@@ -71,9 +71,19 @@ class ServerHandle:
     argv: tuple[str, ...] = ()  # the command that started it
     process: subprocess.Popen | None = field(default=None, compare=False, repr=False)
 
-    def alive(self) -> bool:
-        """Whether the server's leader is still running."""
-        return self.process is not None and self.process.poll() is None
+    def alive(self, grace_s: float = 0.0) -> bool:
+        """Whether the server's leader is still running; with ``grace_s``, whether it still runs
+        after waiting that long for it to exit (a killed process closes its sockets before it
+        can be reaped, so clients can see the connection drop a moment before ``poll`` does)."""
+        if self.process is None:
+            return False
+        if grace_s <= 0:
+            return self.process.poll() is None
+        try:
+            self.process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            return True
+        return False
 
 
 class ServerStartError(SweetspotError):
