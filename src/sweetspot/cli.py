@@ -1069,6 +1069,11 @@ def _on_sigterm(signum, frame) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the app and turn every failure into an exit code."""
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # Inherited from a shell that started us in the background (`cmd &` in a script, as
+        # under nohup): SIGTERM's path to a clean stop goes through SIGINT, and a SIGINT sent
+        # to sweetspot itself must stop its launched servers, not be lost.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         code = app(args=argv, prog_name="sweetspot", standalone_mode=False)
     except SweetspotError as exc:

@@ -191,12 +191,21 @@ def test_cli_bench_launch_writes_trial(tmp_path: Path) -> None:
     assert_gone(data["trial"]["server_pids"])
 
 
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_cli_killed_mid_trial_stops_the_server(tmp_path: Path, signum: int, code: int) -> None:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize(("signum", "code", "background"), [
+    (signal.SIGTERM, 143, False), (signal.SIGINT, 130, False),
+    # Started in the background by a script (`sweetspot ... &`), SIGINT comes in ignored.
+    (signal.SIGTERM, 143, True), (signal.SIGINT, 130, True)])
+def test_cli_killed_mid_trial_stops_the_server(tmp_path: Path, signum: int, code: int,
+                                               background: bool) -> None:
     slow = MOCK.replace("--itl-ms 2", "--itl-ms 50")
     proc = _cli("bench", "--launch", "--launch-template", slow, "--vllm-version", "0.32.0",
                 "--workload", "short", "--num-requests", "50", "--rate", "inf",
-                "--trials-dir", str(tmp_path), "--", "tiny-model")
+                "--trials-dir", str(tmp_path), "--", "tiny-model",
+                preexec_fn=_ignore_sigint if background else None)
     pgid = _wait_ready(proc)
     time.sleep(1.0)
     pids = group_pids(pgid)
