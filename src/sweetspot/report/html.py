@@ -15,9 +15,12 @@ from typing import Any
 from sweetspot.report.figures import sweeps
 from sweetspot.report.study import redact_url
 from sweetspot.report.tables import (
+    GOODPUT_HEADERS,
     PICK_HEADERS,
     SWEEP_HEADERS,
     TRIAL_HEADERS,
+    goodput_cells,
+    goodput_text,
     metric_title,
     pick_cells,
     pick_rows,
@@ -35,6 +38,9 @@ CAPTIONS = {
     "knob_gains.png": "Each knob tried on its own: its best value's output throughput over the "
                       "baseline's.",
     "picks.png": "Before and after: the baseline against each pick.",
+    "goodput.png": "The rate search: each SLO'd latency as a share of its limit at rising "
+                   "offered rates; the goodput capacity is the highest rate with every line "
+                   "under 1.",
     "pareto.png": "Every ok trial in throughput vs P99 end-to-end latency; the Pareto front "
                   "joined, picks named, failed trials marked on the bottom axis.",
 }
@@ -67,6 +73,7 @@ def render_html(study: Mapping[str, Any], pngs: Sequence[Path]) -> str:
         _header(study),
         _slos(study),
         _confirmation(study),
+        _goodput(study),
         _picks(study),
         _figures(pngs),
         _sweeps(study),
@@ -106,6 +113,23 @@ def _confirmation(study: Mapping[str, Any]) -> str:
     verdict = escape(str(confirmation.get("verdict") or ""))
     text = escape(str(confirmation.get("text") or ""))
     return f'<p class="verdict"><b>Confirmation: {verdict}.</b> {text}</p>'
+
+
+def _goodput(study: Mapping[str, Any]) -> str:
+    search = study.get("rate_search")
+    if not search:
+        return ""
+    out = ["<h2>Goodput capacity</h2>", f'<p class="verdict">{escape(goodput_text(search))}</p>']
+    if "error" not in search:
+        head = "".join(f"<th>{escape(h)}</th>" for h in GOODPUT_HEADERS)
+        body = []
+        for cells in goodput_cells(search):
+            tds = "".join(f'<td class="num">{escape(c)}</td>' if i <= 3 else
+                          f"<td>{escape(c)}</td>" for i, c in enumerate(cells))
+            css = "" if cells[4] == "met" else ' class="failed"'
+            body.append(f"<tr{css}>{tds}</tr>")
+        out.append(f"<table><tr>{head}</tr>{''.join(body)}</table>")
+    return "\n".join(out)
 
 
 def _picks(study: Mapping[str, Any]) -> str:

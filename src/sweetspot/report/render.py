@@ -44,6 +44,7 @@ def render_figures(study: Mapping[str, Any], out_dir: Path) -> tuple[Path, ...]:
         ("knob_gains.png", knob_gains_data(study), _knob_gains),
         ("picks.png", picks_data(study), _picks),
         ("pareto.png", pareto_data(study), _pareto),
+        ("goodput.png", _goodput_data(study), _goodput),
     ]
     jobs += [(sweep_file_name(s.knob), s, _sweep) for s in sweeps(study)]
     paths = []
@@ -184,6 +185,38 @@ def _pareto(data: ParetoData, fig: Figure) -> None:
     ax.set_ylabel("P99 E2EL (ms)")
     ax.legend(loc="upper left")
     ax.set_title("Throughput vs tail latency")
+
+
+def _goodput_data(study: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    search = study.get("rate_search")
+    return search if search and "error" not in search and search.get("probes") else None
+
+
+def _goodput(search: Mapping[str, Any], fig: Figure) -> None:
+    """Each SLO'd latency as a share of its limit against the offered rate: the goodput
+    capacity is the highest rate whose every line stays under 1."""
+    ax = fig.add_subplot()
+    probes = sorted(search["probes"], key=lambda p: p["rate"])
+    for key, limit in search["slos"].items():
+        points = [(p["rate"], p["metrics"][key] / limit) for p in probes
+                  if key in (p.get("metrics") or {})]
+        if points:
+            ax.plot([x for x, _ in points], [y for _, y in points], "o-",
+                    label=f"{key.removesuffix('_ms').replace('_', ' ').upper()} / {limit:g} ms")
+    for p in probes:
+        if not p.get("metrics"):  # the server failed before this rate ran
+            ax.plot(p["rate"], 0, "x", color=FAIL_COLOR, clip_on=False)
+    ax.axhline(1.0, color=FAIL_COLOR, linestyle="--", linewidth=1, label="SLO limit")
+    best = search.get("max_rate")
+    if best is not None:
+        ax.axvline(best, color=MEMORY_COLOR, linestyle=":", label=f"goodput {best:.2f} req/s")
+    ax.axvline(search["capacity_rps"], color=BASE_COLOR, linestyle=":",
+               label=f"capacity {search['capacity_rps']:.2f} req/s")
+    ax.set_xlabel("offered rate (requests/s)")
+    ax.set_ylabel("latency / SLO limit")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title(f"Goodput: trial {search['trial']} at rising request rates")
 
 
 def _sweep(data: SweepData, fig: Figure) -> None:

@@ -141,6 +141,9 @@ def terminal_tables(study: Mapping[str, Any]) -> list[Table]:
         for row in rows:
             table.add_row(*pick_cells(row))
         tables.append(table)
+    search = study.get("rate_search")
+    if search and "error" not in search:
+        tables.append(goodput_table(search))
     for sweep in sweeps(study):
         table = Table(title=f"{sweep.knob} (one knob at a time)")
         for i, header in enumerate(SWEEP_HEADERS):
@@ -149,6 +152,53 @@ def terminal_tables(study: Mapping[str, Any]) -> list[Table]:
             table.add_row(*cells, style=None if cells[-1] == "ok" else "red")
         tables.append(table)
     return tables
+
+
+GOODPUT_HEADERS = ("offered req/s", "P99 TTFT ms", "P99 TPOT ms", "P99 E2EL ms",
+                   "SLOs", "missed")
+
+
+def goodput_cells(search: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    """One row per probed rate, by rate (the rate search, ``tune/rate.py``)."""
+    rows = []
+    for probe in sorted(search.get("probes", ()), key=lambda p: p["rate"]):
+        m = probe.get("metrics") or {}
+        missed = ", ".join(metric_title(k) for k in probe.get("missed", ())) or (
+            "" if probe["ok"] else f"{probe.get('status')}: {probe.get('cause') or ''}".strip(
+                ": "))
+        rows.append((f"{probe['rate']:.2f}", fmt_num(m.get("p99_ttft_ms")),
+                     fmt_num(m.get("p99_tpot_ms")), fmt_num(m.get("p99_e2el_ms")),
+                     "met" if probe["ok"] else "missed", missed))
+    return rows
+
+
+def goodput_table(search: Mapping[str, Any]) -> Table:
+    table = Table(title=f"Goodput: trial {search.get('trial')} at rising request rates")
+    for i, header in enumerate(GOODPUT_HEADERS):
+        table.add_column(header, justify="right" if i <= 3 else "left")
+    for cells in goodput_cells(search):
+        table.add_row(*cells, style=None if cells[4] == "met" else "red")
+    return table
+
+
+def goodput_text(search: Mapping[str, Any]) -> str:
+    """The search's answer in one sentence."""
+    if "error" in search:
+        return search["error"]
+    slos = ", ".join(f"{metric_title(k)} <= {v:g} ms" for k, v in search["slos"].items())
+    capacity = f"capacity at rate inf: {search['capacity_rps']:.2f} req/s"
+    best = search.get("max_rate")
+    limited = ", ".join(metric_title(k) if k.endswith("_ms") else k
+                        for k in search.get("limited_by", ()))
+    if best is None:
+        lowest = min((p["rate"] for p in search.get("probes", ())), default=0.0)
+        return (f"goodput capacity: below {lowest:.2f} req/s — even the lowest rate probed "
+                f"missed {limited or 'the SLOs'} ({slos}; {capacity})")
+    above = "" if not limited else f"; above it {limited} breaks"
+    if not search.get("limited_by"):
+        above = "; every SLO held up to capacity"
+    return (f"goodput capacity: {best:.2f} req/s, the highest rate probed that meets {slos} "
+            f"({capacity}{above})")
 
 
 def gains_text(gains: tuple[tuple[str, float], ...]) -> str:

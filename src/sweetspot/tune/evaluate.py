@@ -110,6 +110,46 @@ class Evaluator:
         trial = self.backend.run(config, first, load, more=more)
         return self.row(config, trial), trial
 
+    def probe_rates(self, config: ServingConfig, rates: Sequence[float], *,
+                    repeat: int = 0) -> list[dict]:
+        """One trial of ``config`` (one server) running the workload at each rate in turn, the
+        workload's own arrival process (Poisson where it has none: rate inf, closed loops,
+        traces); per rate: whether every SLO held, what was missed, the latencies."""
+        load = LoadConfig(base_url="", model="", max_concurrency=self.max_concurrency)
+        arrival = self.workload.arrival
+        runs = []
+        for i, rate in enumerate(rates):
+            at = (dataclasses.replace(arrival, rate=rate)
+                  if arrival.process in ("poisson", "gamma", "constant")
+                  else ArrivalSpec(process="poisson", rate=rate))
+            wl = dataclasses.replace(self.workload, arrival=at)
+            runs.append(sample_requests(wl, self.num_requests,
+                                        seed=self.seed + 104_729 * repeat + 31 * i,
+                                        vocab_size=self.vocab_size))
+        trial = self.backend.run(config, runs[0], load,
+                                 more=[(requests, load) for requests in runs[1:]])
+        done = ([trial.run, *trial.more_runs] if trial.run is not None else [])
+        probes = []
+        for i, rate in enumerate(rates):
+            probe: dict[str, Any] = {"rate": rate, "status": trial.status, "cause": trial.cause}
+            if i < len(done):
+                result = measure(done[i]).result.to_dict()
+                metrics = {k: result[k] for k in (*LATENCY_KEYS, "request_throughput",
+                                                  "failed") if k in result}
+                missed = [k for k, limit in self.slos.items()
+                          if k not in metrics or metrics[k] > limit]
+                failed = bool(metrics.get("failed"))
+                probe.update(metrics=metrics, missed=missed, ok=not missed and not failed)
+                if not failed:
+                    probe.update(status="ok", cause=None)
+                elif trial.ok:
+                    probe.update(status="failed", cause=f"{metrics['failed']} requests failed")
+            else:  # the server failed before this rate ran
+                probe.update(metrics={}, missed=[], ok=False,
+                             status=trial.status if trial.status != "ok" else "crash")
+            probes.append(probe)
+        return probes
+
     def row(self, config: ServingConfig, trial: Trial) -> dict:
         metrics: dict[str, Any] = {}
         facts = dict(trial.facts)

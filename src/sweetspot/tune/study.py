@@ -25,12 +25,16 @@ from sweetspot.spec.workload import validate_workload
 from sweetspot.tune.confirm import confirm_finalists
 from sweetspot.tune.evaluate import Evaluator, config_to_json
 from sweetspot.tune.picks import THROUGHPUT, candidates, choose_picks, pareto_front
+from sweetspot.tune.rate import RateSearch, search_rate
 from sweetspot.tune.space import SearchSpace, _values, default_space, value_label
 from sweetspot.tune.store import StudyStore
 from sweetspot.tune.tuner import STRATEGIES, Budget, Tuner, config_from_json, make_sampler
 
 __all__ = ["StudySettings", "run_study", "study_data"]
 
+_ENDPOINT_ONLY_RATE = ("--backend endpoint measures the server at --url as it runs, so only "
+                       "--strategy rate applies; a search needs servers it can launch "
+                       "(--backend vllm)")
 DRAFTS = {"Qwen2ForCausalLM": "Qwen/Qwen2.5-0.5B-Instruct"}
 
 
@@ -53,7 +57,7 @@ class StudySettings:
     seed: int = 0
     confirm_repeats: int = 3
     memory_limit_gib: float | None = None
-    backend: str = "sim"  # "sim" or "vllm"
+    backend: str = "sim"  # "sim", "vllm" or "endpoint" (vllm["url"]: a running server)
     vllm: dict = field(default_factory=dict)  # real backend: python, template, env, tokenizer...
     calibration: str | None = None
 
@@ -97,7 +101,12 @@ def resolve_space_and_baseline(settings_space: dict[str, list[str]] | None, chan
     return SearchSpace(tuple(dims)), baseline.replace(**explicit)
 
 
-def _backend(settings: StudySettings, setup, model_ref: str):
+def _backend(settings: StudySettings, setup, model_ref: str, baseline: ServingConfig):
+    if settings.backend == "endpoint":
+        from sweetspot.backends.endpoint import EndpointBackend
+
+        return EndpointBackend(settings.vllm["url"], baseline,
+                               model=settings.vllm.get("served_model"))
     if settings.backend == "sim":
         from sweetspot.backends.sim.backend import SimBackend
 
@@ -133,6 +142,11 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
                              f"{', '.join(STRATEGIES)}")
     if settings.objective not in ("throughput", "pareto"):
         raise SweetspotError(f"unknown objective {settings.objective!r}: throughput or pareto")
+    if settings.backend == "endpoint" and settings.strategy != "rate":
+        raise SweetspotError(_ENDPOINT_ONLY_RATE)
+    if settings.strategy == "rate" and not settings.slos:
+        raise SweetspotError("the rate strategy finds the highest rate that meets the SLOs: "
+                             "give them with --slo, e.g. p99_ttft=2s,p99_tpot=60ms")
     version = parse_vllm_version(settings.vllm_version)
     hardware = load_hardware(settings.gpu)
     resolved = load_model(settings.model)
@@ -148,7 +162,7 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
             settings, space={d.knob: list(d.labels) for d in space.dimensions},
             baseline=config_to_json(baseline))
     setup = SimSetup(hardware, resolved.arch, quant, ServingConfig(), version)
-    backend = _backend(settings, setup, settings.model)
+    backend = _backend(settings, setup, settings.model, baseline)
     evaluator = Evaluator(backend, workload, settings.num_requests, settings.slos,
                           vocab_size=min(resolved.arch.vocab_size, 32_000), seed=settings.seed)
     directions = ("maximize", "minimize") if settings.objective == "pareto" else ("maximize",)
@@ -162,11 +176,17 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
     tuner.run(settings.strategy)
     rows = tuner.ordered_rows()
     base_row = tuner.baseline_row()
-    if on_phase is not None:
-        on_phase("confirming finalists")
-    pool = sorted(candidates(rows), key=lambda r: -r["metrics"][THROUGHPUT])
-    finalists = [(r, config_from_json(r["config"])) for r in pool[:2]]
-    confirmation = confirm_finalists(evaluator, finalists, settings.confirm_repeats)
+    confirmation = None
+    if settings.strategy == "rate":
+        if on_phase is not None:
+            on_phase("searching the highest rate that meets the SLOs")
+        _goodput(store, evaluator, baseline, base_row)
+    else:
+        if on_phase is not None:
+            on_phase("confirming finalists")
+        pool = sorted(candidates(rows), key=lambda r: -r["metrics"][THROUGHPUT])
+        finalists = [(r, config_from_json(r["config"])) for r in pool[:2]]
+        confirmation = confirm_finalists(evaluator, finalists, settings.confirm_repeats)
     offered = workload.arrival.rate if workload.arrival.process not in ("inf", "closed") \
         else None
     limit = int(settings.memory_limit_gib * GiB) if settings.memory_limit_gib else None
@@ -184,6 +204,24 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
     return study_data(store.study, storage_url)
 
 
+def _goodput(store: StudyStore, evaluator: Evaluator, config: ServingConfig,
+             row: dict | None) -> None:
+    """The rate search for ``config`` (the baseline), its state stored after every ladder so
+    a resumed study continues it."""
+    if row is None or row["status"] != "ok" or not row["metrics"]:
+        cause = "it did not run" if row is None else f"it failed ({row['status']}: " \
+                                                        f"{row['cause']})"
+        store.set_attr("rate_search", {"trial": row and row["number"],
+                                       "error": f"no rate search: {cause}"})
+        return
+    stored = store.study.user_attrs.get("rate_search")
+    state = None
+    if stored and "error" not in stored and stored.get("trial") == row["number"]:
+        state = RateSearch.from_dict(stored)
+    search_rate(evaluator, config, row, state,
+                on_round=lambda s: store.set_attr("rate_search", s.to_dict()))
+
+
 def study_data(study, storage_url: str) -> dict:
     """A stored study as the report's plain dict (see ``report``)."""
     attrs = study.user_attrs
@@ -199,5 +237,6 @@ def study_data(study, storage_url: str) -> dict:
         "slos": settings.get("slos", {}), "baseline": attrs.get("baseline_number"),
         "trials": rows, "picks": attrs.get("picks", []), "pareto": attrs.get("pareto", []),
         "confirmation": attrs.get("confirmation"), "settings": settings,
+        "rate_search": attrs.get("rate_search"),
     }
 

@@ -9,7 +9,9 @@ Strategies (``STRATEGIES``):
 - ``optuna`` — TPE on throughput with the SLOs and failures as constraints (failed trials are
   told to the sampler as infeasible, not dropped), or NSGA-II on throughput vs P99 latency with
   ``objective="pareto"``;
-- ``auto`` (the default) — ``ofat``, then ``optuna`` from everything learnt, until the budget.
+- ``auto`` (the default) — ``ofat``, then ``optuna`` from everything learnt, until the budget;
+- ``rate`` — the baseline alone, then the highest request rate at which it meets the SLOs
+  (``rate.py``; the study runs that search after the loop).
 Each configuration runs once per study: a strategy proposing a known one gets the stored row.
 """
 
@@ -31,7 +33,7 @@ from sweetspot.tune.store import StudyStore
 
 __all__ = ["STRATEGIES", "Budget", "Tuner", "config_from_json", "make_sampler"]
 
-STRATEGIES = ("auto", "ofat", "grid", "optuna")
+STRATEGIES = ("auto", "ofat", "grid", "optuna", "rate")
 # The sampler may keep proposing stored configurations once the space is nearly exhausted.
 MAX_DUPLICATES_IN_A_ROW = 200
 WORST_LATENCY_MS = 1e9
@@ -132,6 +134,8 @@ class Tuner:
             self.run_optuna()
         if strategy == "grid":
             self.run_grid()
+        if strategy == "rate":
+            self.evaluate(self.baseline, "baseline")
 
     def run_ofat(self) -> None:
         base = self.evaluate(self.baseline, "baseline")
