@@ -681,8 +681,11 @@ def tune(
     quant: QuantOpt = "awq",
     workload: WorkloadOpt = "chat",
     vllm_version: VersionOpt = str(DEFAULT_VLLM_VERSION),
-    backend: Annotated[str, typer.Option(help="sim (predict), vllm (launch real servers).")
-                       ] = "sim",
+    backend: Annotated[str, typer.Option(help="sim (predict), vllm (launch real servers), "
+                                              "endpoint (the server at --url, as it runs: "
+                                              "--strategy rate).")] = "sim",
+    url: Annotated[str | None, typer.Option(help="A running server (backend endpoint).")
+                   ] = None,
     num_requests: Annotated[int | None, typer.Option(
         min=4, help="Requests per run (default 300 simulated, 64 real).")] = None,
     slo: Annotated[str | None, typer.Option(
@@ -696,7 +699,8 @@ def tune(
         help='Your current command, "vllm serve MODEL ..." (default: vLLM\'s defaults).')
                         ] = None,
     strategy: Annotated[str, typer.Option(help="auto (ofat, then optuna), ofat, grid, "
-                                               "optuna.")] = "auto",
+                                               "optuna, rate (the highest rate at which the "
+                                               "baseline meets --slo).")] = "auto",
     objective: Annotated[str, typer.Option(help="throughput (TPE) or pareto (NSGA-II: "
                                                 "throughput vs P99 latency).")] = "throughput",
     trials: Annotated[int | None, typer.Option(min=1, help="Configurations to run at most "
@@ -763,7 +767,7 @@ def tune(
                                  num_requests, slo, baseline, strategy, objective, trials,
                                  time_budget, confirm, memory_gib, seed, calibration,
                                  study_name, vllm_python, launch_template, tokenizer,
-                                 server_env, server_args, trials_dir)
+                                 server_env, server_args, trials_dir, url)
     budget = settings.trials
     started = _time.monotonic()
     with Progress("[progress.description]{task.description}", BarColumn(),
@@ -785,13 +789,15 @@ def tune(
     _print_study(data, elapsed)
     out = report_dir or Path(".sweetspot") / "reports" / settings.name
     _write_report(data, out)
+    if settings.strategy == "rate":
+        return 0 if (data.get("rate_search") or {}).get("max_rate") else 1
     return 0 if data["picks"] else 1
 
 
 def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_requests, slo,
                   baseline, strategy, objective, trials, time_budget, confirm, memory_gib,
                   seed, calibration, study_name, vllm_python, launch_template, tokenizer,
-                  server_env, server_args, trials_dir):
+                  server_env, server_args, trials_dir, url=None):
     import shlex
     import time as _time
 
@@ -800,13 +806,23 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
     from sweetspot.tune.study import StudySettings
     from sweetspot.tune.tuner import STRATEGIES
 
-    if backend not in ("sim", "vllm"):
-        raise SweetspotError(f"--backend must be sim or vllm, not {backend!r}")
+    if backend not in ("sim", "vllm", "endpoint"):
+        raise SweetspotError(f"--backend must be sim, vllm or endpoint, not {backend!r}")
+    if (backend == "endpoint") != (url is not None):
+        raise SweetspotError("--url goes with --backend endpoint (a running server), and "
+                             "--backend endpoint needs --url")
+    if backend == "endpoint" and strategy != "rate":
+        raise SweetspotError("--backend endpoint measures the server at --url as it runs, so "
+                             "only --strategy rate applies; a search needs servers it can "
+                             "launch (--backend vllm)")
     if strategy not in STRATEGIES:
         raise SweetspotError(f"--strategy must be one of {', '.join(STRATEGIES)}, not "
                              f"{strategy!r}")
     if objective not in ("throughput", "pareto"):
         raise SweetspotError(f"--objective must be throughput or pareto, not {objective!r}")
+    if strategy == "rate" and not slo:
+        raise SweetspotError("--strategy rate finds the highest rate that meets the SLOs: give "
+                             "them with --slo, e.g. p99_ttft=2s,p99_tpot=60ms")
     version = parse_vllm_version(vllm_version)
     hardware = load_hardware(gpu)
     wl = load_workload(workload)
@@ -829,9 +845,9 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
                                                or resolved.arch.default_quantization())
     model_ref = _checkpoint(model, resolved.arch, q, resolved.quantization)
     seconds = _parse_duration(time_budget) if time_budget else None
-    real = backend == "vllm"
+    real = backend != "sim"  # measured, not predicted
     vllm: dict = {}
-    if real:
+    if backend == "vllm":
         env: dict[str, str] = {}
         for item in server_env or []:
             key, sep, value = item.partition("=")
@@ -842,6 +858,8 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
                 or sys.executable, "template": launch_template, "tokenizer": tokenizer,
                 "env": env, "trials_dir": str(trials_dir),
                 "args": shlex.split(server_args or "")}
+    if backend == "endpoint":
+        vllm = {"url": url}
     name = study_name or (f"{resolved.arch.name}-{hardware.name}-{wl.name}-"
                           f"{_time.strftime('%Y%m%d-%H%M%S')}")
     return StudySettings(
@@ -897,7 +915,7 @@ def _print_study(data: dict, elapsed_s: float) -> None:
                       f"{m['p99_e2el_ms']:,.0f}", _gib(row.get("memory_bytes")),
                       "" if gain is None else f"{gain:+.0%}")
     _out.print(table)
-    if not data["picks"]:
+    if not data["picks"] and not data.get("rate_search"):
         _out.print("no configuration met the SLOs; see the trials in the report", markup=False)
     for pick in data["picks"]:
         _out.print(f"\n[bold]{pick['goal']}[/bold] (trial {pick['trial']})")
@@ -906,6 +924,16 @@ def _print_study(data: dict, elapsed_s: float) -> None:
             _out.print(f"  - {reason}", markup=False)
     if data.get("confirmation"):
         _out.print(f"\nfinalists: {data['confirmation']['text']}", markup=False)
+    if data.get("rate_search"):
+        _print_rate_search(data["rate_search"])
+
+
+def _print_rate_search(search: dict) -> None:
+    from sweetspot.report.tables import goodput_table, goodput_text
+
+    if "error" not in search:
+        _out.print(goodput_table(search))
+    _out.print(goodput_text(search), markup=False)
 
 
 def _gib(value) -> str:

@@ -11,6 +11,7 @@ from packaging.version import Version
 
 from sweetspot.engine.lint import lint_command
 from sweetspot.spec.hardware import load_hardware
+from sweetspot.testing.mock_server import MockServerConfig, start_mock_server
 from tests.conftest import run_cli
 
 SMALL = ("--model", "qwen2.5-0.5b", "--quant", "bf16", "--gpu", "a100-80gb", "--workload",
@@ -62,6 +63,11 @@ def test_resume_continues_with_the_stored_settings(tmp_path: Path) -> None:
     (("--space", "max_num_seqs=0"), "--max-num-seqs must be >= 1"),
     (("--slo", "p99_latency=3s"), "bad SLO"),
     (("--strategy", "random-walk"), "--strategy must be one of"),
+    (("--strategy", "rate"), "--strategy rate finds the highest rate that meets the SLOs"),
+    (("--backend", "endpoint", "--url", "http://127.0.0.1:9"), "only --strategy rate applies"),
+    (("--backend", "endpoint"), "--backend endpoint needs --url"),
+    (("--backend", "endpoint", "--url", "http://127.0.0.1:9", "--strategy", "rate", "--slo",
+      "p99_ttft=1s"), "cannot reach http://127.0.0.1:9"),
     (("--storage", "postgresql://nobody@127.0.0.1:1/x"), "cannot open the study storage"),
     (("--baseline", "vllm serve m --max-num-seqs lots"), "--baseline"),
 ])
@@ -70,6 +76,55 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args, message: str) ->
     assert done.returncode == 2, done.stdout + done.stderr
     assert message in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_rate_strategy_finds_the_goodput_capacity_of_the_baseline(tmp_path: Path) -> None:
+    """On the simulator: the baseline's capacity at rate inf, then ladders of Poisson rates
+    below it; the highest rate meeting the SLO is printed, stored and drawn."""
+    done = _tune(tmp_path, "--strategy", "rate", "--slo", "p99_ttft=150ms", "--study-name",
+                 "g", "--num-requests", "120")
+    assert done.returncode == 0, done.stderr + done.stdout
+    data = json.loads((tmp_path / "report" / "trials.json").read_text())
+    search = data["rate_search"]
+    assert len(data["trials"]) == 1 and search["trial"] == data["trials"][0]["number"]
+    capacity = data["trials"][0]["metrics"]["request_throughput"]
+    assert search["capacity_rps"] == pytest.approx(capacity)
+    probes = sorted(search["probes"], key=lambda p: p["rate"])
+    assert len(probes) >= 5 and all(p["rate"] <= capacity * (1 + 1e-9) for p in probes)
+    best = search["max_rate"]
+    assert best is not None and 0 < best <= capacity
+    assert all(p["ok"] for p in probes if p["rate"] <= best)
+    for p in probes:  # the verdict is the SLO: P99 TTFT against 150 ms
+        assert p["ok"] == (p["metrics"]["p99_ttft_ms"] <= 150.0), p
+    assert f"goodput capacity: {best:.2f} req/s" in done.stdout
+    assert (tmp_path / "report" / "goodput.png").exists()
+    assert "Goodput capacity" in (tmp_path / "report" / "report.html").read_text()
+
+
+def test_goodput_of_a_running_endpoint(tmp_path: Path) -> None:
+    """A live server (the mock: 4 requests at a time, the rest queue) measured as it runs:
+    its TTFT grows with the queue as the offered rate nears its capacity."""
+    config = MockServerConfig(ttft_s=0.010, itl_s=0.002, max_num_seqs=4)
+    with start_mock_server(config) as url:
+        done = run_cli("tune", "--backend", "endpoint", "--url", url, "--strategy", "rate",
+                       "--slo", "p99_ttft=60ms", "--model", "qwen2.5-0.5b", "--quant", "bf16",
+                       "--workload", str(_small_workload(tmp_path)), "--num-requests", "40",
+                       "--storage", f"sqlite:///{tmp_path / 's.db'}", "--study-name", "live",
+                       "--report-dir", str(tmp_path / "report"))
+    assert done.returncode == 0, done.stderr + done.stdout
+    search = json.loads((tmp_path / "report" / "trials.json").read_text())["rate_search"]
+    # 4 slots, each request 10 ms + 15 x 2 ms = 40 ms: about 100 requests/s at rate inf.
+    assert 50 < search["capacity_rps"] < 110
+    assert search["max_rate"] is not None and search["max_rate"] < search["capacity_rps"]
+    assert search["limited_by"] == ["p99_ttft_ms"]
+    assert "goodput capacity:" in done.stdout
+
+
+def _small_workload(tmp_path: Path) -> Path:
+    path = tmp_path / "wl.yaml"
+    path.write_text("prompt: {kind: fixed, value: 16}\noutput: {kind: fixed, value: 16}\n"
+                    "arrival: {process: poisson, rate: 20}\n")
+    return path
 
 
 def test_missing_study(tmp_path: Path) -> None:

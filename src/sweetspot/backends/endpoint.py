@@ -15,12 +15,17 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from sweetspot._errors import SweetspotError
 from sweetspot.backends.loadgen import LoadConfig, LoadRun, run_load
 from sweetspot.backends.records import RequestRecord
 from sweetspot.spec.requests import Request
 
-__all__ = ["EndpointRun", "run_endpoint", "scrape_metrics"]
+if TYPE_CHECKING:
+    from sweetspot.backends.trial import Trial
+
+__all__ = ["EndpointBackend", "EndpointRun", "run_endpoint", "scrape_metrics"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,3 +71,60 @@ def run_endpoint(requests: Sequence[Request], config: LoadConfig,
     after = scrape_metrics(config.base_url) if before is not None else None
     return EndpointRun(run.records, run.duration_s, run.processes, before, tuple(samples),
                        after)
+
+
+class EndpointBackend:
+    """Trials against a server that is already running (``tune --backend endpoint``): it serves
+    one configuration, which sweetspot can measure but not change, so a trial of any other
+    configuration is ``invalid`` and only the configuration it was told the server runs
+    (``serving``: the deployment's own command, else vLLM's defaults) is measured. What it is
+    for: the goodput capacity of a live deployment (``--strategy rate``)."""
+
+    name = "endpoint"
+
+    def __init__(self, url: str, serving: Any, *, model: str | None = None,
+                 scrape_interval_s: float = 0.0) -> None:
+        import asyncio
+
+        from sweetspot.backends.loadgen import check_server
+
+        self.url = url
+        self.serving = serving
+        served = asyncio.run(check_server(url))
+        if not served:
+            raise SweetspotError(f"{url} serves no model")
+        if model is not None and model not in served:
+            raise SweetspotError(f"{url} does not serve {model!r}; it serves "
+                                 f"{', '.join(map(str, served))}")
+        self.model = model or str(served[0])
+        self.scrape_interval_s = scrape_interval_s
+
+    def run(self, config: Any, requests: Sequence[Request], load: LoadConfig, *,
+            more: Sequence[tuple[Sequence[Request], LoadConfig]] = ()) -> Trial:
+        import dataclasses
+        import time
+
+        from sweetspot.backends.trial import Trial, TrialTimings
+
+        started = time.monotonic()
+        if config != self.serving:
+            return Trial("invalid", f"{self.url} runs one configuration; sweetspot cannot "
+                         "change a server it did not start (tune it with --backend vllm)",
+                         None, TrialTimings(total_s=0.0))
+        runs: list[EndpointRun] = []
+        status, cause = "ok", None
+        for batch, batch_load in [(requests, load), *more]:
+            served = dataclasses.replace(batch_load, base_url=self.url, model=self.model)
+            try:
+                runs.append(run_endpoint(batch, served, scrape_interval_s=self.scrape_interval_s))
+            except SweetspotError as exc:
+                status, cause = "crash", str(exc)
+                break
+            if runs[-1].records and all(r.error for r in runs[-1].records):
+                status, cause = "crash", f"every request failed: {runs[-1].records[0].error}"
+                break
+        total = time.monotonic() - started
+        workload = sum(r.duration_s for r in runs) if runs else None
+        return Trial(status, cause, runs[0] if runs else None,
+                     TrialTimings(workload_s=workload, total_s=total), base_url=self.url,
+                     more_runs=tuple(runs[1:]))
