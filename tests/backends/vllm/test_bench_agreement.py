@@ -14,7 +14,10 @@ Two claims, checked apart:
 from __future__ import annotations
 
 import json
+import os
 import statistics
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -52,6 +55,31 @@ def test_sweetspot_bench_agrees_with_vllm_bench_serve(
     # output tok/s), and one disturbed run can move a number by 2x. So the clients alternate
     # for five rounds and their per-round ratios are compared (see the module docstring).
     theirs, ours = [], []
+    with _clients_first():
+        _alternate(reference, workload, server, tmp_path, theirs, ours)
+    _check(theirs, ours)
+
+
+@contextmanager
+def _clients_first() -> Iterator[None]:
+    """Both clients (spawned from here) real-time where allowed: on two cores beside the CPU
+    build's busy-spinning engine, an ordinary client goes unscheduled for seconds and reads
+    whole answers at once (seen in CI: one client's throughput 0.7x to 1.9x the other's in five
+    rounds). The server, started earlier, keeps its ordinary priority."""
+    try:
+        before = os.sched_getscheduler(0), os.sched_getparam(0)
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.sched_setscheduler(0, before[0], before[1])
+
+
+def _alternate(reference, workload: Path, server: ServerHandle, tmp_path: Path, theirs: list,
+               ours: list) -> None:
     for round_ in range(ROUNDS):
         theirs.append(reference(20 + round_))
         out = tmp_path / f"sweetspot{round_}.json"
@@ -61,6 +89,9 @@ def test_sweetspot_bench_agrees_with_vllm_bench_serve(
                          "--percentiles", "50,90,99", "--json", str(out))
         assert result.returncode == 0, result.stderr
         ours.append(json.loads(out.read_text()))
+
+
+def _check(theirs: list, ours: list) -> None:
     for run in (*theirs, *ours):
         assert run["completed"] == NUM_PROMPTS and run["failed"] == 0
         assert run["total_output_tokens"] == NUM_PROMPTS * OUTPUT_LEN
