@@ -812,9 +812,9 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
         raise SweetspotError("--url goes with --backend endpoint (a running server), and "
                              "--backend endpoint needs --url")
     if backend == "endpoint" and strategy != "rate":
-        raise SweetspotError("--backend endpoint measures the server at --url as it runs, so "
-                             "only --strategy rate applies; a search needs servers it can "
-                             "launch (--backend vllm)")
+        from sweetspot.tune.study import ENDPOINT_ONLY_RATE
+
+        raise SweetspotError(ENDPOINT_ONLY_RATE)
     if strategy not in STRATEGIES:
         raise SweetspotError(f"--strategy must be one of {', '.join(STRATEGIES)}, not "
                              f"{strategy!r}")

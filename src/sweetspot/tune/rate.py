@@ -17,7 +17,7 @@ queue grows for as long as the run lasts, so any pass there is an artefact of a 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,8 +113,3 @@ def search_rate(evaluator: Evaluator, config: ServingConfig, row: Mapping[str, A
             on_round(state)
     return state
 
-
-def probe_summary(probes: Sequence[Mapping[str, Any]]) -> list[tuple[float, bool, str]]:
-    """(rate, met every SLO, what was missed) by rate, for tables."""
-    return [(p["rate"], p["ok"], ", ".join(p["missed"]) or (p.get("cause") or ""))
-            for p in sorted(probes, key=lambda p: p["rate"])]

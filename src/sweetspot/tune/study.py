@@ -32,7 +32,7 @@ from sweetspot.tune.tuner import STRATEGIES, Budget, Tuner, config_from_json, ma
 
 __all__ = ["StudySettings", "run_study", "study_data"]
 
-_ENDPOINT_ONLY_RATE = ("--backend endpoint measures the server at --url as it runs, so only "
+ENDPOINT_ONLY_RATE = ("--backend endpoint measures the server at --url as it runs, so only "
                        "--strategy rate applies; a search needs servers it can launch "
                        "(--backend vllm)")
 DRAFTS = {"Qwen2ForCausalLM": "Qwen/Qwen2.5-0.5B-Instruct"}
@@ -143,7 +143,7 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
     if settings.objective not in ("throughput", "pareto"):
         raise SweetspotError(f"unknown objective {settings.objective!r}: throughput or pareto")
     if settings.backend == "endpoint" and settings.strategy != "rate":
-        raise SweetspotError(_ENDPOINT_ONLY_RATE)
+        raise SweetspotError(ENDPOINT_ONLY_RATE)
     if settings.strategy == "rate" and not settings.slos:
         raise SweetspotError("the rate strategy finds the highest rate that meets the SLOs: "
                              "give them with --slo, e.g. p99_ttft=2s,p99_tpot=60ms")
