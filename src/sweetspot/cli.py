@@ -198,6 +198,36 @@ def _parse_floats(text: str, what: str) -> tuple[float, ...]:
                              ) from None
 
 
+ClientPriorityOpt = Annotated[str, typer.Option(
+    "--client-priority", help="normal, or realtime: the load generator runs SCHED_FIFO (root or "
+                              "CAP_SYS_NICE), so a CPU-build server on the same cores cannot "
+                              "starve it into reading whole answers at once.")]
+
+
+def _realtime_client(priority: str) -> bool:
+    """Parse --client-priority; check a real-time client is allowed before anything starts."""
+    from sweetspot.backends.loadgen import client_priority
+
+    if priority not in ("normal", "realtime"):
+        raise SweetspotError(f"--client-priority must be normal or realtime, not {priority!r}")
+    if priority == "realtime":
+        with client_priority(True):
+            pass
+    return priority == "realtime"
+
+
+def _warn_bunched(data: dict) -> None:
+    from sweetspot.metrics.run import bunched_streams
+
+    if bunched_streams(data):
+        _err.print(f"warning: the streams arrived in bursts (median ITL "
+                   f"{data['median_itl_ms']:.2f} ms, under half the mean TPOT "
+                   f"{data['mean_tpot_ms']:.2f} ms): the client or the API server was short "
+                   "of CPU, so TTFT, TPOT and ITL measure the machine's scheduler, not the "
+                   "server; run the client on other cores, or with --client-priority realtime",
+                   markup=False)
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def bench(
     ctx: typer.Context,
@@ -247,6 +277,7 @@ def bench(
                                                            "samples in the run; 0: none.")] = 1.0,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the result here "
                                                                    "(vLLM's keys).")] = None,
+    client_priority: ClientPriorityOpt = "normal",
 ) -> int:
     """Measure a running server with a workload, the way `vllm bench serve` measures; or,
     with --launch, start vLLM for the run (one trial) and report what the server said too."""
@@ -269,7 +300,8 @@ def bench(
     wl = _override_arrivals(load_workload(workload), rate, concurrency, burstiness)
     config = LoadConfig(base_url=url or "", model=model or "", endpoint=endpoint,
                         max_concurrency=concurrency, timeout_s=timeout,
-                        warmup_requests=warmup, processes=processes)
+                        warmup_requests=warmup, processes=processes,
+                        realtime=_realtime_client(client_priority))
     trial = None
     if launch:
         backend, serve_args = _launch_backend(ctx.args, vllm_python, launch_template,
@@ -328,6 +360,7 @@ def bench(
             raise SweetspotError(f"cannot write {json_path}: {exc}") from None
     if measurement is not None:
         _print_result(measurement)
+        _warn_bunched(data)
     if trial is not None:
         _print_trial(trial)
         if not trial.ok:
@@ -612,13 +645,13 @@ def calibrate(
                                                  "(profile).")] = 32_000,
     out: Annotated[Path, typer.Option(help="Calibration file to write.")] = Path(
         "calibration.json"),
+    client_priority: ClientPriorityOpt = "normal",
 ) -> int:
     """Fit the simulator's step-time model to measured runs of one hardware + model, so
     `sweetspot simulate --calibration FILE` predicts that server."""
     from sweetspot.backends.sim import simulate as run_sim
     from sweetspot.backends.sim.calibration import (
         Calibration,
-        bunched_streams,
         model_fingerprint,
         observation_from_bench,
         profile_server,
@@ -626,8 +659,10 @@ def calibrate(
     )
     from sweetspot.backends.sim.cost import RooflineModel
     from sweetspot.backends.sim.fit import fit_step_model
+    from sweetspot.metrics.run import bunched_streams
 
     setup = _sim_setup(model, gpu, quant, settings, vllm_version, cpu_kvcache_space)
+    realtime = _realtime_client(client_priority)
     loaded: list[tuple[str, dict]] = []
     for path in results or []:
         try:
@@ -636,7 +671,8 @@ def calibrate(
             raise SweetspotError(f"cannot read {path}: {exc}") from None
     if url is not None:
         loaded += profile_server(url, profile_requests, vocab_size,
-                                 workload=load_workload(workload) if workload else None)
+                                 workload=load_workload(workload) if workload else None,
+                                 realtime=realtime)
     if not loaded:
         raise SweetspotError("give result JSONs of `sweetspot bench --json` or --url")
     observations = [observation_from_bench(data, label) for label, data in loaded]
@@ -734,6 +770,7 @@ def tune(
         help='Fixed extra server options, e.g. "--enforce-eager" (backend vllm).')] = None,
     trials_dir: Annotated[Path, typer.Option(help="Launched servers' logs.")] = Path(
         ".sweetspot/trials"),
+    client_priority: ClientPriorityOpt = "normal",
 ) -> int:
     """Find the best configuration: search the space on the simulator (default) or real vLLM,
     print four picks (max throughput, low latency, memory-limited, balanced) with commands,
@@ -767,7 +804,9 @@ def tune(
                                  num_requests, slo, baseline, strategy, objective, trials,
                                  time_budget, confirm, memory_gib, seed, calibration,
                                  study_name, vllm_python, launch_template, tokenizer,
-                                 server_env, server_args, trials_dir, url)
+                                 server_env, server_args, trials_dir, url, client_priority)
+    if settings.vllm.get("realtime_client"):  # a resumed study: still allowed?
+        _realtime_client("realtime")
     budget = settings.trials
     started = _time.monotonic()
     with Progress("[progress.description]{task.description}", BarColumn(),
@@ -797,7 +836,7 @@ def tune(
 def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_requests, slo,
                   baseline, strategy, objective, trials, time_budget, confirm, memory_gib,
                   seed, calibration, study_name, vllm_python, launch_template, tokenizer,
-                  server_env, server_args, trials_dir, url=None):
+                  server_env, server_args, trials_dir, url=None, client_priority="normal"):
     import shlex
     import time as _time
 
@@ -860,6 +899,11 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
                 "args": shlex.split(server_args or "")}
     if backend == "endpoint":
         vllm = {"url": url}
+    if client_priority == "realtime" and backend == "sim":
+        raise SweetspotError("--client-priority realtime applies to measured backends "
+                             "(vllm, endpoint): the simulator has no client")
+    if _realtime_client(client_priority):
+        vllm["realtime_client"] = True
     name = study_name or (f"{resolved.arch.name}-{hardware.name}-{wl.name}-"
                           f"{_time.strftime('%Y%m%d-%H%M%S')}")
     return StudySettings(

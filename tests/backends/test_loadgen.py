@@ -133,3 +133,98 @@ def test_choice_detection_without_parsing():
     assert not _has_choices(b'{"id":"x","choices":[],"usage":{"completion_tokens":3}}')
     assert not _has_choices(b'{"choices": [ ], "usage": {"completion_tokens": 3}}')
     assert not _has_choices(b'{"error": {"message": "boom"}}')
+
+
+def test_realtime_client_priority_is_scoped_and_not_inherited():
+    """Inside the block the client thread runs SCHED_FIFO; a process it starts (a vLLM server
+    launched beside it) does not; afterwards the old policy is back. Where real-time is not
+    allowed, a one-line error before anything runs, and nothing changed."""
+    import os
+    import subprocess
+    import sys
+
+    from sweetspot._errors import SweetspotError
+    from sweetspot.backends.loadgen import client_priority
+
+    before = os.sched_getscheduler(0)
+    child = [sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"]
+    try:
+        with client_priority(True):
+            inside = os.sched_getscheduler(0)
+            started = subprocess.run(child, capture_output=True, text=True, check=True)
+    except SweetspotError as exc:
+        assert "real-time client needs root or CAP_SYS_NICE" in str(exc)
+    else:
+        assert inside & ~os.SCHED_RESET_ON_FORK == os.SCHED_FIFO
+        assert int(started.stdout) == os.SCHED_OTHER
+    assert os.sched_getscheduler(0) == before
+    with client_priority(False):
+        assert os.sched_getscheduler(0) == before
+
+
+def test_realtime_client_runs_in_process_and_sharded():
+    import os
+
+    from sweetspot._errors import SweetspotError
+    from sweetspot.backends.loadgen import client_priority
+
+    try:
+        with client_priority(True):
+            pass
+    except SweetspotError:
+        pytest.skip("real-time scheduling is not allowed here (the error is tested above)")
+    requests = sample_requests(fixed_workload(30, output=4, rate=200.0), vocab_size=4096)
+    with start_mock_server(MockServerConfig(ttft_s=0.01, itl_s=0.001)) as url:
+        for processes in (1, 2):
+            run = run_load(requests, LoadConfig(base_url=url, model="mock", realtime=True,
+                                                processes=processes))
+            assert run.processes == processes and all(r.ok for r in run.records)
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
+
+
+def test_bench_warns_when_streams_arrive_bunched(tmp_path, workload_file):
+    """A client that is not scheduled while the server streams (here: stopped for 2 s, as a
+    CPU-build server on the same two cores did to it for up to 4 s) reads the waiting chunks
+    at once. The result says so instead of passing the scheduler's numbers off as the
+    server's."""
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    config = MockServerConfig(ttft_s=0.02, itl_s=0.02)
+    with start_mock_server(config) as url:
+        args = [sys.executable, "-m", "sweetspot.cli", "bench", "--url", url, "--workload",
+                str(workload_file), "--num-requests", "8", "--rate", "inf", "--warmup", "0"]
+        bench = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+        deadline = time.monotonic() + 60
+        running = 0.0
+        while running < 8 and time.monotonic() < deadline:
+            text = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()
+            found = re.search(r"^vllm:num_requests_running\{[^}]*\} ([0-9.]+)", text, re.M)
+            running = float(found.group(1)) if found else 0.0
+            time.sleep(0.05)
+        assert running >= 8
+        bench.send_signal(signal.SIGSTOP)
+        time.sleep(1.0)  # 50 of each stream's 64 chunks wait in the socket
+        bench.send_signal(signal.SIGCONT)
+        _, stderr = bench.communicate(timeout=60)
+    assert bench.returncode == 0, stderr
+    assert "warning: the streams arrived in bursts" in stderr
+    assert "--client-priority realtime" in stderr
+    with start_mock_server(config) as url:  # undisturbed: no warning
+        calm = run_cli("bench", "--url", url, "--workload", str(workload_file),
+                       "--num-requests", "8", "--rate", "inf", "--warmup", "0")
+    assert calm.returncode == 0 and "bursts" not in calm.stderr
+
+
+def test_client_priority_option_errors(workload_file):
+    bad = run_cli("bench", "--url", "http://127.0.0.1:9", "--client-priority", "high")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == ("error: --client-priority must be normal or realtime, "
+                                  "not 'high'")
+    sim = run_cli("tune", "--client-priority", "realtime", "--trials", "2")
+    assert sim.returncode == 2 and "applies to measured backends" in sim.stderr

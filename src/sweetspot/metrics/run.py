@@ -11,7 +11,7 @@ from sweetspot.backends.endpoint import EndpointRun
 from sweetspot.metrics.prometheus import ServerFacts, compute_server_facts, parse_metrics
 from sweetspot.metrics.serve import BenchResult, compute_result
 
-__all__ = ["Measurement", "measure"]
+__all__ = ["Measurement", "bunched_streams", "measure"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,3 +45,17 @@ def measure(run: EndpointRun, *, percentiles: Sequence[float] = (50, 90, 95, 99)
         if record.error is not None:
             counts[record.error] = counts.get(record.error, 0) + 1
     return Measurement(result, server, tuple(sorted(counts.items(), key=lambda kv: -kv[1])))
+
+
+def bunched_streams(data: Mapping[str, Any]) -> bool:
+    """Whether a run's streams arrived in bursts rather than token by token: its median gap
+    between chunks (ITL) under half its mean TPOT. A client or API server starved of CPU (seen
+    on 2-core machines running the CPU build beside its client) receives a whole answer at
+    once: TTFT then includes the decode and TPOT reads near 0, while the run's duration, and
+    so its throughput, are still right -- except in a closed loop, whose next request waited
+    for the late chunks. Such a run's latencies say nothing about step times."""
+    try:
+        itl, tpot = float(data["median_itl_ms"]), float(data["mean_tpot_ms"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    return tpot > 0 and itl < 0.5 * tpot

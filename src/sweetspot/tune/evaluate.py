@@ -86,6 +86,7 @@ class Evaluator:
     vocab_size: int
     seed: int = 0
     max_concurrency: int | None = None
+    realtime_client: bool = False  # measured backends: the load generator runs SCHED_FIFO
 
     def __post_init__(self) -> None:
         self._cache: dict[int, tuple] = {}
@@ -94,7 +95,8 @@ class Evaluator:
         if seed not in self._cache:
             wl = self.workload
             capacity = dataclasses.replace(wl, arrival=ArrivalSpec(process="inf"))
-            load = LoadConfig(base_url="", model="", max_concurrency=self.max_concurrency)
+            load = LoadConfig(base_url="", model="", max_concurrency=self.max_concurrency,
+                              realtime=self.realtime_client)
             first = sample_requests(capacity, self.num_requests, seed=seed,
                                     vocab_size=self.vocab_size)
             more = []
@@ -115,7 +117,8 @@ class Evaluator:
         """One trial of ``config`` (one server) running the workload at each rate in turn, the
         workload's own arrival process (Poisson where it has none: rate inf, closed loops,
         traces); per rate: whether every SLO held, what was missed, the latencies."""
-        load = LoadConfig(base_url="", model="", max_concurrency=self.max_concurrency)
+        load = LoadConfig(base_url="", model="", max_concurrency=self.max_concurrency,
+                              realtime=self.realtime_client)
         arrival = self.workload.arrival
         runs = []
         for i, rate in enumerate(rates):

@@ -164,7 +164,8 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
     setup = SimSetup(hardware, resolved.arch, quant, ServingConfig(), version)
     backend = _backend(settings, setup, settings.model, baseline)
     evaluator = Evaluator(backend, workload, settings.num_requests, settings.slos,
-                          vocab_size=min(resolved.arch.vocab_size, 32_000), seed=settings.seed)
+                          vocab_size=min(resolved.arch.vocab_size, 32_000), seed=settings.seed,
+                          realtime_client=bool(settings.vllm.get("realtime_client")))
     directions = ("maximize", "minimize") if settings.objective == "pareto" else ("maximize",)
     store = StudyStore.open(storage_url, settings.name, space, resume=resume,
                             directions=directions,

@@ -178,7 +178,8 @@ def test_a_starved_run_measuring_a_tiny_tpot_does_not_break_the_fit(
 def test_bunched_streams_keep_only_what_they_measured(tiny_dir: Path) -> None:
     """Streams delivered in bursts (median ITL far below TPOT): a rate-inf run keeps its
     duration, a closed loop -- whose next request waited for the late chunks -- nothing."""
-    from sweetspot.backends.sim.calibration import bunched_streams, observation_from_bench
+    from sweetspot.backends.sim.calibration import observation_from_bench
+    from sweetspot.metrics.run import bunched_streams
 
     inf = _measure(tiny_dir, 16, ArrivalSpec(process="inf"), 32, 1)
     closed = _measure(tiny_dir, 16, ArrivalSpec(process="closed", concurrency=4), 32, 2, 4)

@@ -17,13 +17,14 @@ from typing import Any
 from sweetspot._errors import SweetspotError
 from sweetspot.backends.sim.cost import LINEAR_FEATURES, LinearStepModel
 from sweetspot.backends.sim.fit import FIT_METRICS, Observation
+from sweetspot.metrics.run import bunched_streams
 from sweetspot.spec.hardware import Hardware
 from sweetspot.spec.model import ModelArch
 from sweetspot.spec.requests import sample_requests
 from sweetspot.spec.workload import WorkloadSpec, validate_workload
 
-__all__ = ["Calibration", "bunched_streams", "load_calibration", "model_fingerprint",
-           "observation_from_bench", "save_calibration"]
+__all__ = ["Calibration", "load_calibration", "model_fingerprint", "observation_from_bench",
+           "save_calibration"]
 
 FORMAT = "sweetspot-calibration/1"
 _SHAPE_FIELDS = ("num_layers", "hidden_size", "intermediate_size", "num_heads", "num_kv_heads",
@@ -121,20 +122,6 @@ def observation_from_bench(data: Mapping[str, Any], label: str) -> Observation:
     return Observation(label, requests, meta.get("max_concurrency"), measured, saturated)
 
 
-def bunched_streams(data: Mapping[str, Any]) -> bool:
-    """Whether a run's streams arrived in bursts rather than token by token: its median gap
-    between chunks (ITL) under half its mean TPOT. A client or API server starved of CPU (seen
-    on 2-core machines running the CPU build beside its client) receives a whole answer at
-    once: TTFT then includes the decode and TPOT reads near 0, while the run's duration, and
-    so its throughput, are still right -- except in a closed loop, whose next request waited
-    for the late chunks. Such a run's latencies say nothing about step times."""
-    try:
-        itl, tpot = float(data["median_itl_ms"]), float(data["mean_tpot_ms"])
-    except (KeyError, TypeError, ValueError):
-        return False
-    return tpot > 0 and itl < 0.5 * tpot
-
-
 # The built-in profile: batch sizes from 1 to saturation, and one open-loop rate in between.
 PROFILE_WORKLOAD = {
     "name": "calibration-profile",
@@ -144,12 +131,14 @@ PROFILE_WORKLOAD = {
 
 
 def profile_server(url: str, num_requests: int, vocab_size: int, seed: int = 1000,
-                   workload: WorkloadSpec | None = None) -> list[tuple[str, dict[str, Any]]]:
+                   workload: WorkloadSpec | None = None, realtime: bool = False
+                   ) -> list[tuple[str, dict[str, Any]]]:
     """Benchmark a live server with the built-in profile; results as ``bench --json`` writes
     them. Runs: closed loops of 1, 4 and 16 requests, rate inf (batches up to the server's
     max-num-seqs), then Poisson at half the rate inf reached. Each run draws fresh prompts (a
     new seed), so the prefix cache cannot help. Calibrate on the configuration with the largest
-    batches you will simulate: predicting smaller batches interpolates, larger extrapolates."""
+    batches you will simulate: predicting smaller batches interpolates, larger extrapolates.
+    ``realtime``: the client runs SCHED_FIFO (``loadgen.client_priority``)."""
     import asyncio
     import dataclasses
 
@@ -166,7 +155,8 @@ def profile_server(url: str, num_requests: int, vocab_size: int, seed: int = 100
     def one(label: str, arrival: ArrivalSpec, n: int, concurrency: int | None, run_seed: int):
         wl = dataclasses.replace(base, arrival=arrival)
         requests = sample_requests(wl, n, seed=run_seed, vocab_size=vocab_size)
-        config = LoadConfig(base_url=url, model=served[0], max_concurrency=concurrency)
+        config = LoadConfig(base_url=url, model=served[0], max_concurrency=concurrency,
+                            realtime=realtime)
         data = measure(run_endpoint(requests, config, scrape_interval_s=0)).to_dict()
         data["sweetspot"] = {"url": url, "workload_spec": workload_to_dict(wl),
                              "num_requests": n, "seed": run_seed, "vocab_size": vocab_size,
