@@ -43,8 +43,10 @@ from pathlib import Path
 
 import pytest
 
-from sweetspot.backends.sim.calibration import bunched_streams
+from sweetspot._errors import SweetspotError
+from sweetspot.backends.loadgen import client_priority
 from sweetspot.backends.vllm import launch_server
+from sweetspot.metrics.run import bunched_streams
 from sweetspot.testing.tiny_model import TinyModel
 from tests.backends.vllm.conftest import SERVER_ARGS, assert_group_gone
 from tests.conftest import run_cli
@@ -100,23 +102,33 @@ def _bench_once(url: str, workload: Path, out: Path, seed: int, n: int, rate: st
         args += ["--rate", rate]
     if concurrency is not None:
         args += ["--concurrency", str(concurrency)]
+    if _REALTIME:
+        args += ["--client-priority", "realtime"]
     result = subprocess.run([sys.executable, "-m", "sweetspot.cli", *args], capture_output=True,
-                            text=True, timeout=120, preexec_fn=_client_first)
+                            text=True, timeout=120, preexec_fn=None if _REALTIME else _nice)
     assert result.returncode == 0, result.stderr
 
 
-def _client_first() -> None:
-    """The load generator ahead of the server it measures, where allowed: real-time
-    (SCHED_FIFO), else nice -10. On two cores, beside a CPU-build server whose engine core and
-    worker busy-spin, the client goes unscheduled for up to 4 s and then receives whole answers
-    at once (median TPOT 0): measured with ss, the bytes sat in the client's receive queue.
-    Real-time took bunched requests at max-num-seqs 4, rate inf from 19-43 of 48 to 0 of 48 in
-    five runs each; nice -10 only from 11 to 2 of 80 in closed loops."""
+def _realtime_allowed() -> bool:
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
-    except OSError:
-        with suppress(OSError):
-            os.nice(-10)
+        with client_priority(True):
+            return True
+    except SweetspotError:
+        return False
+
+
+# The load generator ahead of the server it measures: `--client-priority realtime` where
+# allowed, else nice -10. On two cores, beside a CPU-build server whose engine core and worker
+# busy-spin, the client went unscheduled for up to 4 s and then received whole answers at once
+# (median TPOT 0): measured with ss, the bytes sat in the client's receive queue. Real-time took
+# bunched requests at max-num-seqs 4, rate inf from 19-43 of 48 to 0 of 48 in five runs each;
+# nice -10 only from 11 to 2 of 80 in closed loops.
+_REALTIME = _realtime_allowed()
+
+
+def _nice() -> None:
+    with suppress(OSError):
+        os.nice(-10)
 
 
 def _measure_interleaved(servers: dict, workload: Path, tmp_path: Path
