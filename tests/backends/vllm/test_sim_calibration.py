@@ -9,8 +9,8 @@ asks 15 % each; this test holds throughputs to 15 % or, failing that, to the mea
 range (capped at 25 %), and median TPOTs to 35 % (below).
 
 This 2-vCPU VM drifts: the same closed loop of one request measured 5.4 ms TPOT in one test and
-7.5-7.9 ms half an hour later, and a fresh server keeps getting faster for minutes (closed loops
-of one on one server, 2026-12-03: 3.40, 3.08, 2.84 ms TPOT, two minutes apart). So the three
+7.5-7.9 ms half an hour later, and closed loops of one on one server two minutes apart read
+3.40, 3.08, 2.84 ms in one sequence and 3.68, 2.98, 3.73 ms in another. So the three
 servers run side by side (an idle CPU-build server takes ~5 % of a core), the calibration runs
 and the measured runs are interleaved in time, round-robin over the servers, twice (rate inf:
 three runs a round), and each comparison is between medians over those runs.
@@ -22,9 +22,8 @@ the measurement it is compared with is as close as a repeat of that measurement 
 throughput passes within 15 % of the median or inside the measured range, up to 25 %.
 Median TPOTs carry 35 %: TPOT = (E2EL - TTFT) / (tokens - 1) moves whenever first chunks reach
 the client late, and at the Poisson rates the simulator under-predicts it in every run so far
-(-5 to -18 % locally, -4 to -30 % in CI): a request alone on an idle server decodes slower per
-token than the same request in a closed loop of one (3.3-4.0 vs 2.6-3.3 ms, interleaved), which
-the linear step model, a function of the step's batch alone, cannot express.
+(-5 to -18 % locally, -4 to -30 % in CI), a bias whose cause I could not isolate from the
+machine's own noise (RESULTS.md, "2026-12-03, later").
 
 Streams that arrive bunched (``bunched_streams``: a client or API server short of CPU gets a
 whole answer at once; seen in whole runs on this VM) measure the scheduler, not the server,
