@@ -968,6 +968,13 @@ def _print_study(data: dict, elapsed_s: float) -> None:
             _out.print(f"  - {reason}", markup=False)
     if data.get("confirmation"):
         _out.print(f"\nfinalists: {data['confirmation']['text']}", markup=False)
+    bunched = [r["number"] for r in rows if (r.get("facts") or {}).get("bunched_streams")]
+    if bunched:
+        _err.print(f"warning: in trial{'s' if len(bunched) > 1 else ''} "
+                   f"{', '.join(map(str, bunched))} the streams arrived in bursts (the client "
+                   "or the API server was short of CPU): their TTFT, TPOT and ITL measure the "
+                   "machine's scheduler, not the server; run the client on other cores, or with "
+                   "--client-priority realtime", markup=False)
     if data.get("rate_search"):
         _print_rate_search(data["rate_search"])
 

@@ -138,3 +138,23 @@ def test_an_interrupted_search_resumes_from_its_stored_ladders() -> None:
     search = _search(again, "p99_tpot=24ms", state=RateSearch.from_dict(stored))
     assert [len(c) for c in again.calls] == [2, 4]  # its evaluation, then only the refinement
     assert search.rounds == 2 and len(search.probes) == 9
+
+
+def test_a_trial_whose_streams_arrived_bunched_is_marked() -> None:
+    """A row says when a trial's chunks reached the client in bursts (its latencies are the
+    client's scheduling): the CLI warns about such trials."""
+
+    class Bunched(QueueFake):
+        def run(self, config, requests, load, *, more=()):
+            records = []
+            for r in requests:  # first chunk on time, the rest all at once 0.5 s later
+                chunks = (r.arrival_s + 0.01, *([r.arrival_s + 0.5] * (r.output_tokens - 1)))
+                records.append(RequestRecord(r.request_id, r.arrival_s, r.arrival_s, chunks,
+                                             chunks[-1], r.prompt_tokens, r.output_tokens))
+            run = EndpointRun(tuple(records), max(c.end_s for c in records), 1, None, (), None)
+            return Trial("ok", None, run, TrialTimings(total_s=0.0))
+
+    row, _ = _evaluator(Bunched(), "p99_ttft=1s").evaluate(ServingConfig())
+    assert row["facts"]["bunched_streams"] is True
+    calm, _ = _evaluator(QueueFake(), "p99_ttft=1s").evaluate(ServingConfig())
+    assert "bunched_streams" not in calm["facts"]

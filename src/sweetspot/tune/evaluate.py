@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from sweetspot._errors import SweetspotError
 from sweetspot.backends.loadgen import LoadConfig
 from sweetspot.backends.trial import Trial
-from sweetspot.metrics.run import measure
+from sweetspot.metrics.run import bunched_streams, measure
 from sweetspot.spec.knobs import ServingConfig, SpeculativeConfig
 from sweetspot.spec.requests import Request, sample_requests
 from sweetspot.spec.workload import ArrivalSpec, WorkloadSpec
@@ -166,6 +166,8 @@ class Evaluator:
             metrics["traffic_request_throughput"] = lat["request_throughput"]
             failed = cap["failed"] + lat["failed"] if traffic is not capacity else cap["failed"]
             metrics["failed"] = failed
+            if any(bunched_streams(m.result.to_dict()) for m in (capacity, traffic)):
+                facts["bunched_streams"] = True  # latencies of the client's scheduling
             for m in (capacity, traffic):
                 if m.server is not None:
                     facts.setdefault("preemptions", m.server.preemptions)
