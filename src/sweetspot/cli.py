@@ -216,16 +216,18 @@ def _realtime_client(priority: str) -> bool:
     return priority == "realtime"
 
 
+_BUNCHED = ("the client or the API server was short of CPU, so TTFT, TPOT and ITL measure the "
+            "machine's scheduler, not the server; run the client on other cores, or with "
+            "--client-priority realtime")
+
+
 def _warn_bunched(data: dict) -> None:
     from sweetspot.metrics.run import bunched_streams
 
     if bunched_streams(data):
         _err.print(f"warning: the streams arrived in bursts (median ITL "
                    f"{data['median_itl_ms']:.2f} ms, under half the mean TPOT "
-                   f"{data['mean_tpot_ms']:.2f} ms): the client or the API server was short "
-                   "of CPU, so TTFT, TPOT and ITL measure the machine's scheduler, not the "
-                   "server; run the client on other cores, or with --client-priority realtime",
-                   markup=False)
+                   f"{data['mean_tpot_ms']:.2f} ms): {_BUNCHED}", markup=False)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -795,6 +797,8 @@ def tune(
         if not stored:
             raise SweetspotError(f"study {study_name!r} has no sweetspot settings")
         settings = StudySettings.from_dict(stored)
+        if settings.vllm.get("realtime_client"):  # still allowed here?
+            _realtime_client("realtime")
         if trials is not None or time_budget is not None:  # a resumed study may get more
             settings = dataclasses.replace(
                 settings, trials=trials if trials is not None else settings.trials,
@@ -805,8 +809,6 @@ def tune(
                                  time_budget, confirm, memory_gib, seed, calibration,
                                  study_name, vllm_python, launch_template, tokenizer,
                                  server_env, server_args, trials_dir, url, client_priority)
-    if settings.vllm.get("realtime_client"):  # a resumed study: still allowed?
-        _realtime_client("realtime")
     budget = settings.trials
     started = _time.monotonic()
     with Progress("[progress.description]{task.description}", BarColumn(),
@@ -971,10 +973,8 @@ def _print_study(data: dict, elapsed_s: float) -> None:
     bunched = [r["number"] for r in rows if (r.get("facts") or {}).get("bunched_streams")]
     if bunched:
         _err.print(f"warning: in trial{'s' if len(bunched) > 1 else ''} "
-                   f"{', '.join(map(str, bunched))} the streams arrived in bursts (the client "
-                   "or the API server was short of CPU): their TTFT, TPOT and ITL measure the "
-                   "machine's scheduler, not the server; run the client on other cores, or with "
-                   "--client-priority realtime", markup=False)
+                   f"{', '.join(map(str, bunched))} the streams arrived in bursts: {_BUNCHED}",
+                   markup=False)
     if data.get("rate_search"):
         _print_rate_search(data["rate_search"])
 

@@ -311,9 +311,9 @@ def run_load(requests: Sequence[Request], config: LoadConfig,
     if not requests:
         raise SweetspotError("no requests to send")
     workers = _processes(requests, config)
+    warmup = [Request(-1 - i, 0.0, requests[0].prompt_token_ids, 16)
+              for i in range(config.warmup_requests)]
     with client_priority(config.realtime):
-        warmup = [Request(-1 - i, 0.0, requests[0].prompt_token_ids, 16)
-                  for i in range(config.warmup_requests)]
         if workers == 1:
             _install_uvloop()
 
