@@ -133,3 +133,12 @@ def test_missing_study(tmp_path: Path) -> None:
     assert resumed.returncode == 2 and "no study named 'nope'" in resumed.stderr
     reported = run_cli("report", "nope", "--storage", url)
     assert reported.returncode == 2 and "no study named 'nope'" in reported.stderr
+
+
+def test_default_tune_on_the_simulator_warns_of_no_bunched_streams(tmp_path: Path) -> None:
+    """The burst warning is about a real client starved of CPU: an overloaded simulation
+    (preempted requests' stalls lift the mean TPOT above twice the median ITL) is not one."""
+    result = run_cli("tune", "--storage",
+                     f"sqlite:///{tmp_path / 's.db'}", "--report-dir", str(tmp_path / "r"))
+    assert result.returncode in (0, 1), result.stderr
+    assert "arrived in bursts" not in result.stderr
