@@ -244,3 +244,11 @@ def test_cli_launch_needs_a_model_and_one_target(tmp_path: Path) -> None:
     assert bad_python.returncode == 2 and "no such interpreter" in bad_python.stderr
     stray = run_cli("bench", "--url", "http://x", "--", "m", "--max-num-seqs", "8")
     assert stray.returncode == 2 and "unexpected arguments" in stray.stderr
+
+
+def test_every_tuner_backend_has_a_name() -> None:
+    """The tuner reads ``Backend.name`` (e.g. to keep burst warnings to measured trials)."""
+    from sweetspot.backends.endpoint import EndpointBackend
+    from sweetspot.backends.sim.backend import SimBackend
+
+    assert (VllmBackend.name, EndpointBackend.name, SimBackend.name) == ("vllm", "endpoint", "sim")

@@ -75,6 +75,8 @@ class VllmBackend:
     are checked against sweetspot's flag table for it instead of the installed parser.
     """
 
+    name = "vllm"  # the tuner's ``Backend.name``
+
     def __init__(
         self,
         model_dir: Path | str,
