@@ -34,10 +34,14 @@ from sweetspot.backends.vllm import launch_server
 
 WORKLOAD = {"name": "calibration-check", "prompt": {"kind": "uniform", "low": 16, "high": 96},
             "output": {"kind": "uniform", "low": 64, "high": 192}}
-# as the test: (label, rate, concurrency, requests); the Poisson profile rate is an option
-PROFILE = (("closed1", None, 1, 16), ("closed4", None, 4, 32), ("closed16", None, 16, 32),
-           ("inf", "inf", None, 48), ("poisson", "PROFILE_RATE", None, 32))
 KEYS = ("output_throughput", "median_tpot_ms")
+
+
+def _profile(poisson_rate: str) -> tuple[tuple[str, str | None, int | None, int], ...]:
+    """As the test's: (label, rate, concurrency, requests); the Poisson run's rate is an option
+    (about half of the calibration server's rate-inf throughput)."""
+    return (("closed1", None, 1, 16), ("closed4", None, 4, 32), ("closed16", None, 16, 32),
+            ("inf", "inf", None, 48), ("poisson", poisson_rate, None, 32))
 
 
 def _bench(url: str, workload: Path, out: Path, seed: int, n: int, rate: str | None,
@@ -79,10 +83,10 @@ def measure(opts: argparse.Namespace) -> None:
             _bench(server.base_url, workload, out / f"warm{seqs}-r{r}.json", seqs, 32, None, 8,
                    opts.vocab)
         cal_url = servers[opts.calibration_seqs].base_url
-        for i in range(max(len(PROFILE), len(runs))):
-            if i < len(PROFILE):
-                label, rate, concurrency, n = PROFILE[i]
-                rate = opts.profile_rate if rate == "PROFILE_RATE" else rate
+        profile = _profile(opts.profile_rate)
+        for i in range(max(len(profile), len(runs))):
+            if i < len(profile):
+                label, rate, concurrency, n = profile[i]
                 path = out / f"profile-{label}-{r}.json"
                 _bench(cal_url, workload, path, 5000 + 10 * r + i, n, rate, concurrency,
                        opts.vocab)
