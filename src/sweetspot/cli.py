@@ -640,6 +640,9 @@ def calibrate(
                                                  "built-in profile instead.")] = None,
     profile_requests: Annotated[int, typer.Option(min=8, help="Requests per profile run.")
                                 ] = 96,
+    profile_rounds: Annotated[int, typer.Option(min=1, help="Times the profile runs (--url); "
+                                                "more average a host whose speed drifts.")
+                              ] = 1,
     workload: Annotated[str | None, typer.Option(help="Lengths for the profile runs (preset "
                                                       "or file); default: a built-in mix.")
                         ] = None,
@@ -674,7 +677,7 @@ def calibrate(
     if url is not None:
         loaded += profile_server(url, profile_requests, vocab_size,
                                  workload=load_workload(workload) if workload else None,
-                                 realtime=realtime)
+                                 realtime=realtime, rounds=profile_rounds)
     if not loaded:
         raise SweetspotError("give result JSONs of `sweetspot bench --json` or --url")
     observations = [observation_from_bench(data, label) for label, data in loaded]

@@ -143,6 +143,29 @@ def test_calibrate_a_live_server_with_the_built_in_profile(tiny_dir: Path, tmp_p
     assert json.loads(predicted.read_text())["median_tpot_ms"] == pytest.approx(4.0, rel=0.25)
 
 
+def test_calibrate_a_live_server_in_rounds(tiny_dir: Path, tmp_path: Path) -> None:
+    """--profile-rounds repeats the whole profile, round after round, with fresh prompts: the
+    fit sees every run of every round."""
+    from sweetspot.testing.mock_server import MockServerConfig, start_mock_server
+
+    out = tmp_path / "cal.json"
+    workload = tmp_path / "short.json"
+    workload.write_text(json.dumps({"prompt": {"kind": "uniform", "low": 16, "high": 32},
+                                    "output": {"kind": "uniform", "low": 8, "high": 16}}))
+    with start_mock_server(MockServerConfig(ttft_s=0.01, itl_s=0.003)) as url:
+        result = run_cli("calibrate", "--url", url, "--profile-requests", "16",
+                         "--profile-rounds", "2", "--workload", str(workload), "--vocab-size",
+                         "4096", *_common(tiny_dir, 16), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    runs = {r["run"].split(" ", 1)[-1] for r in json.loads(out.read_text())["fitted_on"]}
+    assert len(runs) == 10
+    assert {"closed 1 (round 1)", "closed 16 (round 2)", "rate inf (round 2)"} <= runs
+    assert sum(run.startswith("poisson") for run in runs) == 2
+    bad = run_cli("calibrate", "--url", url, "--profile-rounds", "0", *_common(tiny_dir, 16))
+    assert bad.returncode == 2
+    assert "Traceback" not in bad.stderr
+
+
 @pytest.mark.parametrize("factor", [0.0, 0.2])
 def test_a_starved_run_measuring_a_tiny_tpot_does_not_break_the_fit(
     tiny_dir: Path, tmp_path: Path, factor: float

@@ -25,7 +25,9 @@ in most runs, a bias I could not separate from the machine's own noise (RESULTS.
 "2026-12-03, later"). So the test holds rate-inf throughputs to 30 %, median TPOTs to 45 %
 and Poisson-rate throughputs (set by the rate) to the issue's 15 %: loose enough not to fail
 on this VM's noise, tight enough to fail a simulator that ignores max-num-seqs (the three
-servers' rate-inf throughputs differ 3-4x) or a cost model off by a factor.
+servers' rate-inf throughputs differ 3-4x) or a cost model off by a factor. Six rounds
+(``SWEETSPOT_CALIBRATION_ROUNDS=6``, 24 min) put 17 of 18 cells within 15 %: rate inf within
+6.4 %, the Poisson-rate TPOTs 2-18 % short, a bias with no cause found (RESULTS.md, "six rounds").
 
 Streams that arrive bunched (``bunched_streams``: a client or API server short of CPU gets a
 whole answer at once; seen in whole runs on this VM) measure the scheduler, not the server,
@@ -67,7 +69,9 @@ PROFILE = (("closed1", None, 1, 16), ("closed4", None, 4, 32), ("closed16", None
 # (rate, requests, repeats per round), measured on every server. Rate-inf runs are short and
 # the noisiest (one server's median TPOT read 6.2 and 10.0 ms in two rounds): three a round.
 RUNS = (("inf", 48, 3), ("1", 24, 1), ("2", 32, 1))
-ROUNDS = 2
+# More rounds average more of the machine's drift (benchmarks/RESULTS.md): CI runs two, a longer
+# check sets SWEETSPOT_CALIBRATION_ROUNDS.
+ROUNDS = int(os.environ.get("SWEETSPOT_CALIBRATION_ROUNDS", "2"))
 ATTEMPTS = 3  # per measured run, while its streams arrive bunched
 KEYS = ("output_throughput", "median_tpot_ms")
 ISSUE_BOUND = 0.15  # what the issue asks of every cell: reported
