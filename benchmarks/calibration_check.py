@@ -16,6 +16,7 @@ comparing where sweetspot's full install is:
 
 ``measure --round K`` runs one round (seeds depend on K), so rounds can run as separate calls
 on a machine whose commands are time-limited; ``compare`` reads every round found in DIR.
+``--profile-repeats inf:3`` measures a profile run three times a round with fresh prompts.
 """
 
 from __future__ import annotations
@@ -84,15 +85,19 @@ def measure(opts: argparse.Namespace) -> None:
                    opts.vocab)
         cal_url = servers[opts.calibration_seqs].base_url
         profile = _profile(opts.profile_rate)
+        profile_repeats = {label: int(k) for label, k in
+                   (item.split(":") for item in opts.profile_repeats.split(",") if item)}
         for i in range(max(len(profile), len(runs))):
             if i < len(profile):
                 label, rate, concurrency, n = profile[i]
-                path = out / f"profile-{label}-{r}.json"
-                _bench(cal_url, workload, path, 5000 + 10 * r + i, n, rate, concurrency,
-                       opts.vocab)
-                manifest["profile"].append(path.name)
-                _save(out, manifest)
-                print(f"profile {label}: {_summary(path)}", flush=True)
+                for k in range(profile_repeats.get(label, 1)):  # fresh prompts every repeat
+                    path = out / (f"profile-{label}-{r}.json" if k == 0
+                                  else f"profile-{label}-{r}-{k}.json")
+                    _bench(cal_url, workload, path, 5000 + 10 * r + i + 20000 * k, n, rate,
+                           concurrency, opts.vocab)
+                    manifest["profile"].append(path.name)
+                    _save(out, manifest)
+                    print(f"profile {label}: {_summary(path)}", flush=True)
             if i < len(runs):
                 rate, n, repeats = runs[i]
                 for seqs, server in servers.items():
@@ -184,6 +189,9 @@ def main() -> None:
     m.add_argument("--runs", default="inf:48:3,1:24:1,2:32:1",
                    help="rate:requests:repeats per measured run, comma-separated")
     m.add_argument("--profile-rate", default="2.7")
+    m.add_argument("--profile-repeats", default="",
+                   help="label:times for profile runs measured more than once a round, e.g. "
+                        "inf:3,closed16:2 (the runs a slow or fast moment can decide)")
     m.add_argument("--vocab", type=int, default=4096)
     c = sub.add_parser("compare")
     c.add_argument("folder")
