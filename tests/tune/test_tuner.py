@@ -151,6 +151,23 @@ def test_slos_constrain_the_picks(tmp_path: Path) -> None:
     assert any("max_num_seqs: 32 -> " in r for r in picks["max-throughput"].reasons)
 
 
+def test_overloaded_picks_say_the_most_any_trial_served() -> None:
+    """No trial's capacity reaches the offered rate: every pick says so, with the best capacity
+    found and its trial, and the picks still come from all the trials."""
+    def row(n, rps, tp, lat):
+        return {"number": n, "status": "ok", "slo_ok": True, "config": {},
+                "metrics": {"request_throughput": rps, "output_throughput": tp,
+                            "p99_e2el_ms": lat}}
+    rows = [row(0, 7.6, 1882.0, 30_000.0), row(1, 6.4, 1587.0, 24_500.0), row(2, 5.0, 1200.0,
+                                                                             40_000.0)]
+    picks = {p.goal: p for p in choose_picks(rows, None, 10.0)}
+    assert picks["max-throughput"].row["number"] == 0
+    assert picks["low-latency"].row["number"] == 1
+    note = "offered 10 req/s (the most: 7.60 req/s, trial 0)"
+    assert all(any(note in r for r in p.reasons) for p in picks.values())
+    assert not any("the most:" in r for p in choose_picks(rows, None, 5.0) for r in p.reasons)
+
+
 def test_pareto_front_is_non_dominated() -> None:
     def row(n, tp, lat):
         return {"number": n, "status": "ok", "metrics": {"output_throughput": tp,

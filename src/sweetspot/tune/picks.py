@@ -78,11 +78,21 @@ def choose_picks(rows: Sequence[dict], baseline: dict | None, offered_rate: floa
     best_tp = max(_tp(r) for r in pool) or 1.0
     best_lat = min(_lat(r) for r in pool) or 1.0
     picks["balanced"] = max(pool, key=lambda r: (_tp(r) / best_tp) * (best_lat / _lat(r)))
-    note = (f"no configuration's capacity reaches the offered {offered_rate:g} req/s: "
-            "latencies grow with the run's length",) if overloaded else ()
+    note = (_overload_note(pool, offered_rate),) if overloaded else ()
     return [Pick(goal, picks[goal], _gain(picks[goal], baseline),
                  reasons_for(goal, picks[goal], baseline, rows) + note)
             for goal in GOALS if goal in picks]
+
+
+def _overload_note(pool: Sequence[dict], offered_rate: float | None) -> str:
+    """What an operator does next when nothing keeps up: the most any trial served, and where
+    the missing capacity comes from."""
+    best = max(pool, key=lambda r: r["metrics"].get("request_throughput", 0))
+    capacity = best["metrics"].get("request_throughput", 0)
+    return (f"no configuration's capacity reaches the offered {offered_rate:g} req/s (the "
+            f"most: {capacity:.2f} req/s, trial {best.get('number')}): latencies grow with "
+            "the run's length; offer less traffic per replica, or more GPUs (replicas, tensor "
+            "parallelism)")
 
 
 def keeps_up(row: dict, offered_rate: float | None) -> bool:
