@@ -1,6 +1,7 @@
 """The load generator against the mock server: timing accuracy, limits, failures."""
 
 import json
+import statistics
 
 import pytest
 
@@ -65,7 +66,12 @@ def test_concurrency_limit_and_records():
     # Later requests waited for a slot: the wait is neither TTFT nor the client's lag.
     assert max(r.slot_wait_s for r in run.records) > 0.05
     assert max(r.client_lag_s for r in run.records) < 0.02
-    assert max(r.ttft_s for r in run.records) < 0.1
+    # The last ten waited ~9 requests' durations for their slot; their TTFTs (the mock's 20 ms)
+    # must not hold that wait. Relative, not absolute: a loaded CI host slows both (seen: 130 ms
+    # TTFT against a 100-ms bound).
+    late = run.records[-10:]
+    assert statistics.median(r.ttft_s for r in late) < 0.5 * statistics.median(
+        r.slot_wait_s for r in late)
 
 
 def test_sharded_over_processes():
