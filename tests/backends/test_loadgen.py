@@ -63,9 +63,11 @@ def test_concurrency_limit_and_records():
     record = run.records[0]
     assert record.output_tokens == 8 and len(record.chunk_times_s) == 8
     assert record.prompt_tokens == 32
-    # Later requests waited for a slot: the wait is neither TTFT nor the client's lag.
-    assert max(r.slot_wait_s for r in run.records) > 0.05
-    assert max(r.client_lag_s for r in run.records) < 0.02
+    # Later requests waited for a slot: the wait is neither TTFT nor the client's lag (a lag
+    # that held the wait would be as long as the wait itself).
+    longest_wait_s = max(r.slot_wait_s for r in run.records)
+    assert longest_wait_s > 0.05
+    assert max(r.client_lag_s for r in run.records) < 0.25 * longest_wait_s
     # The last ten waited ~9 requests' durations for their slot; their TTFTs (the mock's 20 ms)
     # must not hold that wait. Relative, not absolute: a loaded CI host slows both (seen: 130 ms
     # TTFT against a 100-ms bound).

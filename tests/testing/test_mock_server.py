@@ -111,7 +111,10 @@ def test_streamed_timing_follows_the_programme(fast_url):
     for reply in replies:
         assert reply.done and not reply.cut and len(reply.chunk_times_s) == 16
         assert reply.ttft_ms >= 49.4  # at most half a millisecond early (the timer's slack)
-    assert 49.5 <= statistics.median(r.ttft_ms for r in replies) <= 57.0
+    # The upper bound is relative to the programme, not an absolute overhead (a loaded 2-vCPU
+    # CI host read 57.3 ms): the first token must come before a second one would be due, which
+    # a server that waited an inter-token gap too many could not meet.
+    assert 49.5 <= statistics.median(r.ttft_ms for r in replies) < 50.0 + 10.0
     # absolute deadlines: 15 gaps span 150 ms whatever the jitter of each one
     spans_ms = [(r.chunk_times_s[-1] - r.chunk_times_s[0]) * 1e3 for r in replies]
     assert 147.0 <= statistics.median(spans_ms) <= 153.0
@@ -157,8 +160,9 @@ def test_chat_stream_and_tokens_per_chunk():
         "w0 w1 w2 w3 ", "w4 w5 w6 w7 ", "w8 w9 "]
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     assert usage["usage"] == {"prompt_tokens": 4, "completion_tokens": 10, "total_tokens": 14}
-    # role and first content go out together when the 4th token is due (20 + 3 x 10 ms)
-    assert 49.0 <= (reply.chunk_times_s[1] - reply.sent_s) * 1e3 <= 58.0
+    # role and first content go out together when the 4th token is due (20 + 3 x 10 ms), not
+    # when the 5th is (60 ms): an upper bound relative to the programme, not a host's overhead
+    assert 49.0 <= (reply.chunk_times_s[1] - reply.sent_s) * 1e3 < 60.0
     assert [round(g / 10) for g in reply.gaps_ms[1:]] == [4, 2]
 
 
