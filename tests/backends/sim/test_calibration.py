@@ -134,7 +134,8 @@ def test_calibrate_a_live_server_with_the_built_in_profile(tiny_dir: Path, tmp_p
     assert result.returncode == 0, result.stderr
     cal = json.loads(out.read_text())
     assert {Path(r["run"]).name.split(" ", 1)[-1] for r in cal["fitted_on"]} >= {
-        "closed 1", "closed 4", "closed 16", "rate inf"}
+        "closed 1", "closed 4", "closed 16 #1", "closed 16 #2", "rate inf #1", "rate inf #2",
+        "rate inf #3"}
     predicted = tmp_path / "p.json"
     sim = run_cli("simulate", *_common(tiny_dir, 64), "--workload", str(workload),
                   "--num-requests", "40", "--rate", "5", "--calibration", str(out),
@@ -158,8 +159,8 @@ def test_calibrate_a_live_server_in_rounds(tiny_dir: Path, tmp_path: Path) -> No
                          "4096", *_common(tiny_dir, 16), "--out", str(out))
     assert result.returncode == 0, result.stderr
     runs = {r["run"].split(" ", 1)[-1] for r in json.loads(out.read_text())["fitted_on"]}
-    assert len(runs) == 10
-    assert {"closed 1 (round 1)", "closed 16 (round 2)", "rate inf (round 2)"} <= runs
+    assert len(runs) == 16  # per round: closed 1, 4, 16 twice, rate inf three times, poisson
+    assert {"closed 1 (round 1)", "closed 16 #2 (round 2)", "rate inf #3 (round 2)"} <= runs
     assert sum(run.startswith("poisson") for run in runs) == 2
     bad = run_cli("calibrate", "--url", url, "--profile-rounds", "0", *_common(tiny_dir, 16))
     assert bad.returncode == 2
