@@ -110,6 +110,9 @@ def _check(theirs: list, ours: list) -> None:
             assert recomputed[key] == pytest.approx(run[key], rel=1e-9, abs=1e-9), key
     for key in ("output_throughput", "median_tpot_ms"):
         ratio = statistics.median(o[key] / t[key] for o, t in zip(ours, theirs, strict=True))
+        print(f"{key}: sweetspot / vllm bench serve, median of {len(ours)} rounds {ratio:.3f} "
+              f"(vLLM {', '.join(f'{r[key]:.2f}' for r in theirs)}; sweetspot "
+              f"{', '.join(f'{r[key]:.2f}' for r in ours)})")
         assert ratio == pytest.approx(1.0, rel=0.20), (
             key, [r[key] for r in theirs], [r[key] for r in ours])
     # The client kept up: waits for one of the 16 slots are not counted as lag.
