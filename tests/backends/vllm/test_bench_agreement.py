@@ -4,11 +4,17 @@ Two claims, checked apart:
 - the definitions agree exactly: sweetspot's metrics function, fed the per-request times vLLM's
   client measured (``--save-detailed``), reproduces every number vLLM printed, key for key;
 - the two clients measure the same server alike: the median over alternating rounds of the
-  ratio of the two clients' numbers in one round (pairs cancel the machine's drift) within 20 %.
-  Only loosely, because on this 2-core machine the client shares the CPU with the server it
-  measures: vLLM's heavier client slows the server more (seen in CI: its median TPOT 7.4 ms
-  against sweetspot's 6.3 ms, while the first claim held exactly), and one round of either
-  can be disturbed by a factor of 2-3 (seen: 892 against 1,867-2,175 tok/s).
+  ratio of the two clients' numbers in one round (pairs cancel the machine's drift) within the
+  issue's 10 %.
+
+On this 2-core machine the client shares the CPU with the server it measures, so the server
+here is one whose steps, not the client's events, take the CPU: a dummy model of 4 layers,
+hidden 1024 (~465 output tok/s at concurrency 16). Against the shared 2-layer, hidden-256
+server (~3,000 tok/s: 3,000 streamed events a second for the client to read) vLLM's heavier
+client slowed the server it measured: sweetspot/vLLM output-throughput ratio 1.14 (median of
+six shuffled rounds; single rounds 0.94 to 1.35), and with the drift on top CI read 1.205 in
+one run and 0.881 in the next. Against this server five rounds read 0.96-1.01 on throughput
+(median 0.98) and 0.87-1.04 on median TPOT (median 0.99): benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -22,22 +28,41 @@ from pathlib import Path
 
 import pytest
 
-from sweetspot.backends.vllm import ServerHandle
+from sweetspot.backends.vllm import ServerHandle, launch_server
 from sweetspot.metrics.serve import compute_result
-from sweetspot.testing.tiny_model import TinyModel
+from sweetspot.testing.tiny_model import TinyModel, make_tiny_model
 from sweetspot.testing.vllm_bench import records_from_detailed, run_vllm_bench_serve
+from tests.backends.vllm.conftest import SERVER_ARGS, assert_group_gone
 from tests.conftest import run_cli
 
-NUM_PROMPTS, INPUT_LEN, OUTPUT_LEN, CONCURRENCY, ROUNDS = 96, 128, 64, 16, 5
+NUM_PROMPTS, INPUT_LEN, OUTPUT_LEN, CONCURRENCY, ROUNDS = 64, 128, 64, 16, 3
+AGREEMENT = 0.10  # what the issue asks of output throughput and median TPOT
+
+
+@pytest.fixture(scope="module")
+def heavy(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
+    """A dummy model whose steps outweigh the client's work (module docstring)."""
+    return make_tiny_model(tmp_path_factory.mktemp("heavy"), layers=4, hidden=1024, heads=8,
+                           kv_heads=2, intermediate=2816)
+
+
+@pytest.fixture(scope="module")
+def heavy_server(vllm_python: Path, heavy: TinyModel,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+    with launch_server(vllm_python, heavy.model_dir, tokenizer_dir=heavy.tokenizer_dir,
+                       args=SERVER_ARGS,
+                       log_path=tmp_path_factory.mktemp("heavy-server") / "vllm.log") as handle:
+        yield handle
+    assert_group_gone(handle.pid)
 
 
 @pytest.mark.vllm
 def test_sweetspot_bench_agrees_with_vllm_bench_serve(
-    server: ServerHandle, tiny: TinyModel, vllm_python: Path, tmp_path: Path
+    heavy_server: ServerHandle, heavy: TinyModel, vllm_python: Path, tmp_path: Path
 ) -> None:
     def reference(seed: int) -> dict:
         return run_vllm_bench_serve(
-            vllm_python, server.base_url, str(tiny.model_dir), tokenizer=tiny.tokenizer_dir,
+            vllm_python, heavy_server.base_url, str(heavy.model_dir), tokenizer=heavy.tokenizer_dir,
             num_prompts=NUM_PROMPTS, input_len=INPUT_LEN, output_len=OUTPUT_LEN,
             max_concurrency=CONCURRENCY, seed=seed, result_path=tmp_path / f"vllm{seed}.json",
             save_detailed=True,
@@ -47,16 +72,16 @@ def test_sweetspot_bench_agrees_with_vllm_bench_serve(
     workload.write_text(f"prompt: {{kind: fixed, value: {INPUT_LEN}}}\n"
                         f"output: {{kind: fixed, value: {OUTPUT_LEN}}}\n")
     # A fresh server's first batches run slower; warm it before measuring either client.
-    warm = run_cli("bench", "--url", server.base_url, "--workload", str(workload),
+    warm = run_cli("bench", "--url", heavy_server.base_url, "--workload", str(workload),
                    "--num-requests", "32", "--concurrency", str(CONCURRENCY),
                    "--vocab-size", "4096", "--seed", "10")
     assert warm.returncode == 0, warm.stderr
-    # A 2-core server drifts by several percent between runs of the same client (seen: 424-497
-    # output tok/s), and one disturbed run can move a number by 2x. So the clients alternate
-    # for five rounds and their per-round ratios are compared (see the module docstring).
+    # A 2-core server drifts by several percent between runs of the same client, and one
+    # disturbed run can move a number by 2x. So the clients alternate, round by round, and
+    # their per-round ratios are compared (see the module docstring).
     theirs, ours = [], []
     with _clients_first():
-        _alternate(reference, workload, server, tmp_path, theirs, ours)
+        _alternate(reference, workload, heavy_server, tmp_path, theirs, ours)
     _check(theirs, ours)
 
 
@@ -113,7 +138,7 @@ def _check(theirs: list, ours: list) -> None:
         print(f"{key}: sweetspot / vllm bench serve, median of {len(ours)} rounds {ratio:.3f} "
               f"(vLLM {', '.join(f'{r[key]:.2f}' for r in theirs)}; sweetspot "
               f"{', '.join(f'{r[key]:.2f}' for r in ours)})")
-        assert ratio == pytest.approx(1.0, rel=0.20), (
+        assert ratio == pytest.approx(1.0, rel=AGREEMENT), (
             key, [r[key] for r in theirs], [r[key] for r in ours])
     # The client kept up: waits for one of the 16 slots are not counted as lag.
     assert all(r["mean_client_lag_ms"] < 5 for r in ours)
