@@ -38,6 +38,16 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
 
 
 @pytest.fixture(scope="session")
+def heavy(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
+    """A dummy model whose steps, not the client's work, take the CPU (~465 output tok/s at
+    concurrency 16 on this 2-vCPU VM, against ~3,000 for ``tiny``): for tests that compare
+    measurements, which a client reading thousands of streamed events a second on a core the
+    server needs would disturb (benchmarks/RESULTS.md, 2026-12-04)."""
+    return make_tiny_model(tmp_path_factory.mktemp("heavy"), layers=4, hidden=1024, heads=8,
+                           kv_heads=2, intermediate=2816)
+
+
+@pytest.fixture(scope="session")
 def server(
     vllm_python: Path, tiny: TinyModel, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerHandle]:

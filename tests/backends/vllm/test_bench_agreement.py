@@ -30,20 +30,13 @@ import pytest
 
 from sweetspot.backends.vllm import ServerHandle, launch_server
 from sweetspot.metrics.serve import compute_result
-from sweetspot.testing.tiny_model import TinyModel, make_tiny_model
+from sweetspot.testing.tiny_model import TinyModel
 from sweetspot.testing.vllm_bench import records_from_detailed, run_vllm_bench_serve
 from tests.backends.vllm.conftest import SERVER_ARGS, assert_group_gone
 from tests.conftest import run_cli
 
 NUM_PROMPTS, INPUT_LEN, OUTPUT_LEN, CONCURRENCY, ROUNDS = 64, 128, 64, 16, 3
 AGREEMENT = 0.10  # what the issue asks of output throughput and median TPOT
-
-
-@pytest.fixture(scope="module")
-def heavy(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
-    """A dummy model whose steps outweigh the client's work (module docstring)."""
-    return make_tiny_model(tmp_path_factory.mktemp("heavy"), layers=4, hidden=1024, heads=8,
-                           kv_heads=2, intermediate=2816)
 
 
 @pytest.fixture(scope="module")
