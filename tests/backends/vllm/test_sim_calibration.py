@@ -21,13 +21,13 @@ times), and each comparison is between medians over those runs.
 
 Two local runs with ``heavy`` (RESULTS.md, 2026-12-04): 16 of 18 cells within 15 % each time.
 Poisson-rate throughputs within 1.0 %; rate-inf cells within 7.4 % but once max-num-seqs 4
-(-15.8 % throughput, +21.3 % median TPOT: the linear step model fitted on batches up to 48
-makes batch-4 steps dear); Poisson-rate median TPOTs -16 to +7 %, under-predicted in 9 of 12
-cells, as with ``tiny`` in 34 of 36 (a low-load bias whose cause was not found: RESULTS.md,
-"six rounds"). So the test holds Poisson-rate throughputs (set by the rate) to the issue's
-15 %, rate-inf throughputs to 30 % and median TPOTs to 40 %: a simulator that ignored
-max-num-seqs (rate-inf throughputs differ 2-3x between the servers, median TPOTs 3-4x) or a
-cost model off by a factor still fails.
+(-15.8 % throughput, +21.3 % median TPOT, where the other run read -0.5 / +4.8 % from a near
+equal fit: that server ran 21 % faster than in the other run, the others 5-7 %); Poisson-rate
+median TPOTs -16 to +7 %, under-predicted in 9 of 12 cells, as with ``tiny`` in 34 of 36 (a
+low-load bias whose cause was not found: RESULTS.md, "six rounds"). So the test holds
+Poisson-rate throughputs (set by the rate) to the issue's 15 %, rate-inf throughputs to 30 %
+and median TPOTs to 40 %: a simulator that ignored max-num-seqs (rate-inf throughputs differ
+2-3x between the servers, median TPOTs 3-4x) or a cost model off by a factor still fails.
 
 Streams that arrive bunched (``bunched_streams``: a client or API server short of CPU gets a
 whole answer at once; seen in whole runs on this VM) measure the scheduler, not the server,
