@@ -48,7 +48,7 @@ import pytest
 
 from sweetspot._errors import SweetspotError
 from sweetspot.backends.loadgen import client_priority
-from sweetspot.backends.sim.calibration import BATCH_REPEATS
+from sweetspot.backends.sim.calibration import BATCH_REPEATS, profile_poisson_rate
 from sweetspot.backends.vllm import launch_server
 from sweetspot.metrics.run import bunched_streams
 from sweetspot.testing.tiny_model import TinyModel
@@ -144,12 +144,6 @@ def _nice() -> None:
         os.nice(-10)
 
 
-def _half_rate(inf_results: list[str]) -> str:
-    """The profile's Poisson rate: half the median request rate of the round's rate-inf runs."""
-    rates = [json.loads(Path(path).read_text())["request_throughput"] for path in inf_results]
-    return f"{max(0.1, statistics.median(rates) / 2):.2f}"
-
-
 def _measure_interleaved(servers: dict, workload: Path, tmp_path: Path
                          ) -> tuple[list[str], list[tuple[int, str, int, int, Path, int]]]:
     """Per round: a profile run on the calibration server, then one measured run on every
@@ -162,8 +156,11 @@ def _measure_interleaved(servers: dict, workload: Path, tmp_path: Path
         for i in range(steps):
             if i < len(PROFILE):
                 label, rate, concurrency, n, repeats = PROFILE[i]
-                if label == "poisson":
-                    rate = _half_rate(profile_results[-BATCH_REPEATS["inf"]:])
+                if label == "poisson":  # as calibrate --url picks it, from this round's rate inf
+                    half = profile_poisson_rate(
+                        json.loads(Path(path).read_text())["request_throughput"]
+                        for path in profile_results[-BATCH_REPEATS["inf"]:])
+                    rate = f"{half:.2f}"
                 for repeat in range(repeats):
                     path = tmp_path / f"profile-{label}-{round_}-{repeat}.json"
                     _bench(calibration_url, workload, path,

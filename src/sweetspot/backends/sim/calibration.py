@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from sweetspot.spec.requests import sample_requests
 from sweetspot.spec.workload import WorkloadSpec, validate_workload
 
 __all__ = ["Calibration", "load_calibration", "model_fingerprint", "observation_from_bench",
-           "save_calibration"]
+           "profile_poisson_rate", "save_calibration"]
 
 FORMAT = "sweetspot-calibration/1"
 _SHAPE_FIELDS = ("num_layers", "hidden_size", "intermediate_size", "num_heads", "num_kv_heads",
@@ -139,6 +139,11 @@ PROFILE_WORKLOAD = {
 BATCH_REPEATS = {"closed16": 2, "inf": 3}
 
 
+def profile_poisson_rate(inf_request_rates: Iterable[float]) -> float:
+    """The profile's Poisson rate: half the median request rate its rate-inf runs reached."""
+    return max(0.1, statistics.median(inf_request_rates) / 2)
+
+
 def _repeat(i: int, of: int) -> str:
     return f" #{i + 1}" if of > 1 else ""
 
@@ -197,8 +202,8 @@ def profile_server(url: str, num_requests: int, vocab_size: int, seed: int = 100
         runs += [one(f"rate inf{_repeat(i, BATCH_REPEATS['inf'])}{tag}",
                      ArrivalSpec(process="inf"), num_requests, None, s + 4 + i)
                  for i in range(BATCH_REPEATS["inf"])]
-        rate = max(0.1, statistics.median(
-            data["request_throughput"] for label, data in runs[-BATCH_REPEATS["inf"]:]) / 2)
+        rate = profile_poisson_rate(
+            data["request_throughput"] for _, data in runs[-BATCH_REPEATS["inf"]:])
         runs.append(one(f"poisson {rate:.2f}{tag}", ArrivalSpec(process="poisson", rate=rate),
                         num_requests // 2, None, s + 7))
     return runs
