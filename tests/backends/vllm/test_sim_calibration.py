@@ -19,15 +19,19 @@ side, the calibration runs and the measured runs are interleaved in time, round-
 servers, twice (rate inf: three runs a round; the profile's batch runs ``BATCH_REPEATS``
 times), and each comparison is between medians over those runs.
 
-Two local runs with ``heavy`` (RESULTS.md, 2026-12-04): 16 of 18 cells within 15 % each time.
-Poisson-rate throughputs within 1.0 %; rate-inf cells within 7.4 % but once max-num-seqs 4
-(-15.8 % throughput, +21.3 % median TPOT, where the other run read -0.5 / +4.8 % from a near
-equal fit: that server ran 21 % faster than in the other run, the others 5-7 %); Poisson-rate
-median TPOTs -16 to +7 %, under-predicted in 9 of 12 cells, as with ``tiny`` in 34 of 36 (a
-low-load bias whose cause was not found: RESULTS.md, "six rounds"). So the test holds
-Poisson-rate throughputs (set by the rate) to the issue's 15 %, rate-inf throughputs to 30 %
-and median TPOTs to 40 %: a simulator that ignored max-num-seqs (rate-inf throughputs differ
-2-3x between the servers, median TPOTs 3-4x) or a cost model off by a factor still fails.
+Five local runs with ``heavy`` (RESULTS.md, 2026-12-04 and 12-05): 16, 16, 17, 18 and 18 of 18
+cells within 15 %. Poisson-rate throughputs within 1.0 %; rate-inf throughputs within 10.5 % but
+once max-num-seqs 4 (-15.8 %, +21.3 % median TPOT, where another run read -0.5 / +4.8 % from a
+near-equal fit: that server ran 21 % faster than in the other run, the others 5-7 %);
+Poisson-rate median TPOTs -18.7 to +6.8 %, under-predicted in 21 of 30 cells: a low-load bias of
+this host, larger on the days it ran fast (steps ~10 ms: -18.7 to +6.8 %) than on the day it ran
+slow (~14 ms: -5.3 to +4.4 %). Alone on the server, a request decodes 3-5 % slower under Poisson
+arrivals than in a closed loop of one (RESULTS.md, 2026-12-05), which no step-time model of the
+batch can see. So the test holds Poisson-rate throughputs (set by the rate) to the issue's 15 %,
+rate-inf throughputs to 25 % and median TPOTs to 30 %, each above the worst error seen (15.8,
+21.3 %) by a margin for the host's day-to-day drift: a simulator that ignored max-num-seqs
+(rate-inf throughputs differ 2.4-4.2x between the servers, median TPOTs 1.6-3.4x) or a cost
+model off by a third still fails.
 
 Streams that arrive bunched (``bunched_streams``: a client or API server short of CPU gets a
 whole answer at once; seen in whole runs on this VM) measure the scheduler, not the server,
@@ -83,8 +87,8 @@ ISSUE_BOUND = 0.15  # what the issue asks of every cell: reported
 def _bound(metric: str, rate: str) -> float:
     """What the test holds a cell to on this VM (module docstring)."""
     if metric == "median_tpot_ms":
-        return 0.40
-    return 0.30 if rate == "inf" else ISSUE_BOUND
+        return 0.30
+    return 0.25 if rate == "inf" else ISSUE_BOUND
 
 
 def _common(model: TinyModel, seqs: int) -> list[str]:
