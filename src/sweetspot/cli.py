@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import os
 import signal
 import sys
@@ -716,11 +717,20 @@ def calibrate(
 
 @app.command()
 def tune(
-    model: ModelOpt = "qwen2.5-14b",
-    gpu: Annotated[str, typer.Option(help="GPU from the catalog (cpu for the CPU build).")
-                   ] = "a100-80gb",
+    model: Annotated[str | None, typer.Option(
+        help="Catalog name, HF id or folder with config.json (default: qwen2.5-14b).")] = None,
+    gpu: Annotated[str | None, typer.Option(
+        help="GPU from the catalog, cpu for the CPU build (default: a100-80gb).")] = None,
     quant: QuantOpt = "awq",
-    workload: WorkloadOpt = "chat",
+    workload: Annotated[str | None, typer.Option(
+        help=f"Preset ({', '.join(PRESETS)}) or YAML/JSON file (default: chat at --rate "
+             "auto).")] = None,
+    rate: Annotated[str | None, typer.Option(
+        help="Offered traffic in req/s, or auto: 65 % of the baseline's steady-state capacity "
+             "(default: the workload's own rate; auto for the default workload).")] = None,
+    acceptance: Annotated[float | None, typer.Option(
+        min=0.0, max=1.0, help="Speculative acceptance per drafted token the simulator "
+                               "assumes (default: per method).")] = None,
     vllm_version: VersionOpt = str(DEFAULT_VLLM_VERSION),
     backend: Annotated[str, typer.Option(help="sim (predict), vllm (launch real servers), "
                                               "endpoint (the server at --url, as it runs: "
@@ -748,8 +758,9 @@ def tune(
                                                      "(default 60 simulated, 8 real).")] = None,
     time_budget: Annotated[str | None, typer.Option(help="Wall time at most, e.g. 90s, "
                                                          "20m, 2h.")] = None,
-    confirm: Annotated[int, typer.Option(min=0, help="Extra runs of the two finalists.")
-                       ] = 3,
+    confirm: Annotated[int | None, typer.Option(
+        min=0, help="Extra paired runs of the two finalists (default 7 simulated, 3 real: "
+                    "each a server start).")] = None,
     memory_gib: Annotated[float | None, typer.Option(
         min=0.1, help="Memory-limited pick must fit this (GiB per GPU).")] = None,
     seed: Annotated[int, typer.Option()] = 0,
@@ -811,7 +822,8 @@ def tune(
                                  num_requests, slo, baseline, strategy, objective, trials,
                                  time_budget, confirm, memory_gib, seed, calibration,
                                  study_name, vllm_python, launch_template, tokenizer,
-                                 server_env, server_args, trials_dir, url, client_priority)
+                                 server_env, server_args, trials_dir, url, client_priority,
+                                 rate=rate, acceptance=acceptance)
     budget = settings.trials
     started = _time.monotonic()
     with Progress("[progress.description]{task.description}", BarColumn(),
@@ -841,7 +853,8 @@ def tune(
 def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_requests, slo,
                   baseline, strategy, objective, trials, time_budget, confirm, memory_gib,
                   seed, calibration, study_name, vllm_python, launch_template, tokenizer,
-                  server_env, server_args, trials_dir, url=None, client_priority="normal"):
+                  server_env, server_args, trials_dir, url=None, client_priority="normal",
+                  rate=None, acceptance=None):
     import shlex
     import time as _time
 
@@ -867,10 +880,20 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
     if strategy == "rate" and not slo:
         raise SweetspotError("--strategy rate finds the highest rate that meets the SLOs: give "
                              "them with --slo, e.g. p99_ttft=2s,p99_tpot=60ms")
+    demo = model is None and gpu is None and workload is None and baseline is None
+    model, gpu = model or "qwen2.5-14b", gpu or "a100-80gb"
     version = parse_vllm_version(vllm_version)
     hardware = load_hardware(gpu)
-    wl = load_workload(workload)
+    offered = _parse_rate(rate if rate is not None or workload is not None else "auto")
+    if demo and backend == "sim":
+        baseline = _guide_template(version)
+        _out.print(f"baseline: the field guide's template for vLLM {version} "
+                   f"({baseline.removeprefix('vllm serve ')})", markup=False)
+    wl = load_workload(workload or "chat")
     slos = parse_slos(slo)
+    if acceptance is not None and backend != "sim":
+        raise SweetspotError("--acceptance is what the simulator assumes; a real server's "
+                             "acceptance is measured (backend sim only)")
     from sweetspot.spec.model import load_model
 
     resolved = load_model(model)
@@ -918,8 +941,43 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
         slos=slos, space={}, baseline=config_to_json(config or ServingConfig()),
         strategy=strategy, objective=objective,
         trials=trials or (None if seconds and not real else (8 if real else 60)),
-        seconds=seconds, seed=seed, confirm_repeats=confirm, memory_limit_gib=memory_gib,
-        backend=backend, vllm=vllm, calibration=str(calibration) if calibration else None)
+        seconds=seconds, seed=seed,
+        confirm_repeats=confirm if confirm is not None else (3 if real else 7),
+        memory_limit_gib=memory_gib,
+        backend=backend, vllm=vllm, calibration=str(calibration) if calibration else None,
+        rate=offered, acceptance=acceptance)
+
+
+def _guide_template(version) -> str:
+    """The default demo's baseline: the field guide's "ultimate template" (its step 1: start
+    from the template), as far as the target release has its flags — its --scheduling-policy
+    lof and --num-scheduler-steps 8 do not exist in current releases, and a draft model runs
+    only from DRAFT_MODEL_SINCE."""
+    from packaging.version import Version
+
+    from sweetspot.tune.space import DRAFT_MODEL_SINCE, NUM_SCHEDULER_STEPS_UNTIL
+
+    parts = ["vllm serve Qwen/Qwen2.5-14B-Instruct-AWQ --max-num-seqs 256",
+             "--max-model-len 8192 --gpu-memory-utilization 0.95 --enable-prefix-caching"]
+    if Version(str(version)) < NUM_SCHEDULER_STEPS_UNTIL:
+        parts.append("--num-scheduler-steps 8")
+    if Version(str(version)) >= DRAFT_MODEL_SINCE:
+        parts.append("--speculative-config '{\"method\": \"draft_model\", \"model\": "
+                     "\"Qwen/Qwen2.5-0.5B-Instruct\", \"num_speculative_tokens\": 8}'")
+    return " ".join(parts)
+
+
+def _parse_rate(text: str | None) -> float | str | None:
+    """--rate: a positive req/s, "auto", or None (the workload's own)."""
+    if text is None or text.strip().lower() == "auto":
+        return None if text is None else "auto"
+    try:
+        value = float(text)
+    except ValueError:
+        raise SweetspotError(f"bad --rate {text!r}: a request rate (req/s) or auto") from None
+    if not math.isfinite(value) or value <= 0:
+        raise SweetspotError(f"bad --rate {text!r}: must be a positive number of req/s")
+    return value
 
 
 def _parse_duration(text: str) -> float:
@@ -944,26 +1002,33 @@ def _print_study(data: dict, elapsed_s: float) -> None:
     if data["slos"]:
         _out.print("SLOs: " + ", ".join(f"{k} <= {v:g} ms" for k, v in data["slos"].items()),
                    markup=False)
+    if data.get("rate_note"):
+        _out.print(data["rate_note"], markup=False)
     by_number = {r["number"]: r for r in rows}
     base = by_number.get(data["baseline"])
-    table = Table(title="picks (latencies: P99 ms at the workload's rate)")
+    rate = data.get("offered_rate") or next(
+        (r.get("offered_rate") for r in rows if r.get("offered_rate")), None)
+    at = f"{rate:.3g} req/s" if rate else "the workload's rate"
+    table = Table(title=f"picks: capacity at steady state; P99 latency in ms at {at}")
     table.add_column("goal", no_wrap=True)
-    for column in ("trial", "tok/s", "TTFT", "TPOT", "E2EL", "GiB", "gain"):
-        table.add_column(column, justify="right")
-    if base is not None and base["metrics"]:
-        m = base["metrics"]
-        table.add_row("(baseline)", str(base["number"]), f"{m['output_throughput']:,.0f}",
-                      f"{m['p99_ttft_ms']:,.0f}", f"{m['p99_tpot_ms']:,.1f}",
-                      f"{m['p99_e2el_ms']:,.0f}", _gib(base.get("memory_bytes")), "")
-    for pick in data["picks"]:
-        row = by_number[pick["trial"]]
+    for column in ("trial", "tok/s", "req/s", "TTFT", "TPOT", "GiB", "gain"):
+        table.add_column(column, justify="right", no_wrap=True)
+    shown = ([("(baseline)", base)] if base is not None and base["metrics"] else []) + [
+        (pick["goal"], by_number[pick["trial"]]) for pick in data["picks"]]
+    for label, row in shown:
         m = row["metrics"]
-        gain = pick["gain"].get("output_throughput")
-        table.add_row(pick["goal"], str(row["number"]), f"{m['output_throughput']:,.0f}",
-                      f"{m['p99_ttft_ms']:,.0f}", f"{m['p99_tpot_ms']:,.1f}",
-                      f"{m['p99_e2el_ms']:,.0f}", _gib(row.get("memory_bytes")),
-                      "" if gain is None else f"{gain:+.0%}")
+        over = row.get("over_capacity")
+        gain = None if label == "(baseline)" else next(
+            p for p in data["picks"] if p["goal"] == label)["gain"].get("output_throughput")
+        table.add_row(label, str(row["number"]), f"{m['output_throughput']:,.0f}",
+                      f"{m.get('request_throughput', 0):.2f}",
+                      "over" if over else f"{m['p99_ttft_ms']:,.0f}",
+                      "over" if over else f"{m['p99_tpot_ms']:,.1f}",
+                      _gib(row.get("memory_bytes")), "" if gain is None else f"{gain:+.0%}")
     _out.print(table)
+    if any(row.get("over_capacity") for _, row in shown):
+        _out.print("over: over capacity at the offered rate — the queue grows with the run, so "
+                   "its latencies are not comparable", markup=False)
     if not data["picks"] and not data.get("rate_search"):
         _out.print("no configuration met the SLOs; see the trials in the report", markup=False)
     for pick in data["picks"]:

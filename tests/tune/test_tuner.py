@@ -152,20 +152,49 @@ def test_slos_constrain_the_picks(tmp_path: Path) -> None:
 
 
 def test_overloaded_picks_say_the_most_any_trial_served() -> None:
-    """No trial's capacity reaches the offered rate: every pick says so, with the best capacity
-    found and its trial, and the picks still come from all the trials."""
-    def row(n, rps, tp, lat):
-        return {"number": n, "status": "ok", "slo_ok": True, "config": {},
+    """No trial's capacity reaches the offered rate: one max-throughput pick, which says so
+    with the best capacity found and its trial; no latency pick is made from latencies
+    measured above capacity."""
+    def row(n, rps, tp, lat, over):
+        return {"number": n, "status": "ok", "slo_ok": not over, "config": {"max_num_seqs": n},
+                "over_capacity": over, "offered_rate": 10.0,
                 "metrics": {"request_throughput": rps, "output_throughput": tp,
-                            "p99_e2el_ms": lat}}
-    rows = [row(0, 7.6, 1882.0, 30_000.0), row(1, 6.4, 1587.0, 24_500.0), row(2, 5.0, 1200.0,
-                                                                             40_000.0)]
-    picks = {p.goal: p for p in choose_picks(rows, None, 10.0)}
+                            "p99_e2el_ms": lat, "p99_ttft_ms": lat, "p99_tpot_ms": 50.0}}
+    rows = [row(0, 7.6, 1882.0, 30_000.0, True), row(1, 6.4, 1587.0, 24_500.0, True),
+            row(2, 5.0, 1200.0, 40_000.0, True)]
+    picks = choose_picks(rows, rows[0], 10.0)
+    assert [(p.goal, p.row["number"]) for p in picks] == [("max-throughput", 0)]
+    assert any("offered 10 req/s (the most: 7.60 req/s at steady state, trial 0)" in r
+               for r in picks[0].reasons)
+    rows[2] = row(2, 11.0, 2500.0, 900.0, False)  # one keeps up: it is every pick
+    picks = choose_picks(rows, rows[0], 10.0)
+    assert {p.row["number"] for p in picks} == {2}
+    assert not any("the most:" in r for p in picks for r in p.reasons)
+
+
+def test_a_pick_changes_the_baseline_only_beyond_the_resolution() -> None:
+    """Within the resolution of the best, the fewest changes win: the baseline itself, or a
+    configuration that leaves a useless knob at the user's value (and says so)."""
+    def row(n, config, tp, ttft):
+        return {"number": n, "status": "ok", "slo_ok": True, "config": config, "phase": "ofat",
+                "knob": next(iter(config)), "memory_bytes": 10 * 2**30,
+                "metrics": {"output_throughput": tp, "p99_ttft_ms": ttft, "p99_tpot_ms": 20.0,
+                            "request_throughput": tp / 100}}
+    base = {"max_num_seqs": 256, "max_model_len": 8192}
+    rows = [row(0, base, 1000.0, 400.0),
+            row(1, {**base, "max_model_len": 4096}, 1010.0, 400.0),  # +1 %: noise
+            row(2, {"max_num_seqs": 512, "max_model_len": 4096}, 1300.0, 400.0),
+            row(3, {"max_num_seqs": 512, "max_model_len": 8192}, 1290.0, 350.0)]
+    picks = {p.goal: p for p in choose_picks(rows, rows[0], None, resolution=0.02)}
+    assert picks["max-throughput"].row["number"] == 3  # 1290 is within 2 % of 1300
+    assert any("no measurable gain from max_model_len 4096" in r
+               for r in picks["max-throughput"].reasons)
+    assert picks["memory-limited"].row["number"] == 0  # equal memory: keep the baseline
+    assert picks["low-latency"].row["number"] == 3
+    assert not any("max_model_len" in r for r in picks["low-latency"].reasons)
+    picks = {p.goal: p for p in choose_picks(rows[:2], rows[0], None, resolution=0.02)}
     assert picks["max-throughput"].row["number"] == 0
-    assert picks["low-latency"].row["number"] == 1
-    note = "offered 10 req/s (the most: 7.60 req/s, trial 0)"
-    assert all(any(note in r for r in p.reasons) for p in picks.values())
-    assert not any("the most:" in r for p in choose_picks(rows, None, 5.0) for r in p.reasons)
+    assert "nothing measurably better" in " ".join(picks["max-throughput"].reasons)
 
 
 def test_pareto_front_is_non_dominated() -> None:
@@ -175,6 +204,18 @@ def test_pareto_front_is_non_dominated() -> None:
     rows = [row(0, 100, 50), row(1, 200, 80), row(2, 150, 90), row(3, 300, 200),
             row(4, 90, 40)]
     assert [r["number"] for r in pareto_front(rows)] == [4, 0, 1, 3]
+
+
+def test_duplicates_of_trial_0_are_counted_once(tmp_path: Path) -> None:
+    """The sampler proposing the baseline (trial 0) again adds no row: a budget of N trials
+    reports N, not N + 1."""
+    tuner = _tuner(tmp_path, FakeBackend(), budget=1)
+    tuner.run("ofat")
+    first = tuner.rows[next(iter(tuner.rows))]
+    assert first["number"] == 0
+    trial = tuner.store.ask()
+    tuner.store.tell(trial, {**first, "duplicate_of": 0}, (1.0,), {"ran": 0.0})
+    assert [r["number"] for r in tuner.store.rows()] == [0]
 
 
 def test_welch_interval() -> None:

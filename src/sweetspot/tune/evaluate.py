@@ -1,32 +1,36 @@
 """One configuration, evaluated: a trial on the backend, summarised as one row of the study.
 
 A trial runs two workloads on the same server: the *capacity* run (the workload's lengths, all
-requests at once) says how much the configuration can serve — its output throughput is the
-throughput every goal speaks of — and the *traffic* run (the workload as given: its arrival rate)
-says what latency users would see; SLOs are checked on it. A workload without a rate has one
-run, which is both. Latency at saturation is queueing, and throughput at a rate below capacity
-is the rate: neither alone answers both questions.
+requests at once, long enough to fill the configuration's batch several times over) says how much
+the configuration can serve — its steady-state output rate (``metrics.capacity``: ramp-up and
+drain excluded) is the throughput every goal speaks of — and the *traffic* run (the workload at
+the offered rate) says what latency users would see; SLOs are checked on it. A configuration whose
+capacity is below the offered rate is *over capacity*: its queue grows for as long as the traffic
+lasts, so its latencies measure the run's length and are neither checked nor compared. A
+workload without a rate has one run, which is both.
 
 A row is plain JSON (the study store keeps it, the report reads it); its ``metrics`` use
-``vllm bench serve``'s keys.
+``vllm bench serve``'s keys; measured trials also keep every run's bench-shaped result (``runs``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sweetspot._errors import SweetspotError
 from sweetspot.backends.loadgen import LoadConfig
 from sweetspot.backends.trial import Trial
+from sweetspot.metrics.capacity import SteadyState, steady_state
 from sweetspot.metrics.run import bunched_streams, measure
 from sweetspot.spec.knobs import ServingConfig, SpeculativeConfig
 from sweetspot.spec.requests import Request, sample_requests
 from sweetspot.spec.workload import ArrivalSpec, WorkloadSpec
 
-__all__ = ["LATENCY_KEYS", "Backend", "Evaluator", "config_to_json", "parse_slos"]
+__all__ = ["LATENCY_KEYS", "Backend", "Evaluator", "config_to_json", "parse_slos",
+           "traffic_workload"]
 
 STATS = ("mean", "median", "p90", "p95", "p99")
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
@@ -74,6 +78,22 @@ def config_to_json(config: ServingConfig) -> dict[str, Any]:
             for k, v in config.explicit().items()}
 
 
+# The capacity run holds this many batches' worth of requests (estimated from max-num-seqs and
+# the KV cache), so its saturated window is long against ramp-up and drain; at most this many.
+CAPACITY_TURNOVERS = 4
+MAX_CAPACITY_REQUESTS = 4096
+
+
+def traffic_workload(workload: WorkloadSpec, rate: float) -> WorkloadSpec:
+    """``workload`` offered at ``rate`` req/s: its own arrival process where it has one with a
+    rate, Poisson otherwise (rate inf, closed loops, traces)."""
+    arrival = workload.arrival
+    at = (dataclasses.replace(arrival, rate=rate)
+          if arrival.process in ("poisson", "gamma", "constant")
+          else ArrivalSpec(process="poisson", rate=rate))
+    return dataclasses.replace(workload, arrival=at)
+
+
 @dataclass
 class Evaluator:
     """Runs configurations on ``backend`` with one workload; every call draws the same
@@ -87,46 +107,80 @@ class Evaluator:
     seed: int = 0
     max_concurrency: int | None = None
     realtime_client: bool = False  # measured backends: the load generator runs SCHED_FIFO
+    rate: float | None = None  # offered req/s of the traffic run; None: the workload's own
+    # Requests a configuration runs at once, from its settings and the capacity run's requests
+    # (sizes the capacity run); None: the capacity run has ``num_requests``.
+    batch_estimate: Callable[[ServingConfig, Sequence[Request]], int] | None = None
 
     def __post_init__(self) -> None:
-        self._cache: dict[int, tuple] = {}
+        self._cache: dict[tuple, tuple] = {}
 
-    def _runs(self, seed: int):
-        if seed not in self._cache:
-            wl = self.workload
-            capacity = dataclasses.replace(wl, arrival=ArrivalSpec(process="inf"))
-            load = LoadConfig(base_url="", model="", max_concurrency=self.max_concurrency,
-                              realtime=self.realtime_client)
-            first = sample_requests(capacity, self.num_requests, seed=seed,
-                                    vocab_size=self.vocab_size)
+    @property
+    def offered_rate(self) -> float | None:
+        """The traffic's request rate, None when the workload has none (rate inf, closed)."""
+        if self.rate is not None:
+            return self.rate
+        arrival = self.workload.arrival
+        return arrival.rate if arrival.process not in ("inf", "closed", "trace") else None
+
+    @property
+    def measured(self) -> bool:
+        return self.backend.name != "sim"
+
+    def _load(self) -> LoadConfig:
+        return LoadConfig(base_url="", model="", max_concurrency=self.max_concurrency,
+                          realtime=self.realtime_client)
+
+    def capacity_requests(self, config: ServingConfig, seed: int) -> list[Request]:
+        """The capacity run's requests: the workload's lengths, all sent at once, enough to
+        fill ``config``'s batch ``CAPACITY_TURNOVERS`` times."""
+        wl = dataclasses.replace(self.workload, arrival=ArrivalSpec(process="inf"))
+        pilot = sample_requests(wl, self.num_requests, seed=seed, vocab_size=self.vocab_size)
+        if self.batch_estimate is None:
+            return pilot
+        wanted = min(MAX_CAPACITY_REQUESTS,
+                     CAPACITY_TURNOVERS * max(1, self.batch_estimate(config, pilot)))
+        if wanted <= len(pilot):
+            return pilot
+        return sample_requests(wl, wanted, seed=seed, vocab_size=self.vocab_size)
+
+    def _runs(self, config: ServingConfig, seed: int):
+        first = self.capacity_requests(config, seed)
+        key = (seed, len(first), self.offered_rate)
+        if key not in self._cache:
             more = []
-            if wl.arrival.process not in ("inf", "closed"):
-                more.append((sample_requests(wl, self.num_requests, seed=seed + 7919,
-                                             vocab_size=self.vocab_size), load))
-            self._cache[seed] = (first, load, tuple(more))
-        return self._cache[seed]
+            if self.offered_rate is not None:
+                traffic = traffic_workload(self.workload, self.offered_rate)
+                more.append((sample_requests(traffic, self.num_requests, seed=seed + 7919,
+                                             vocab_size=self.vocab_size), self._load()))
+            self._cache[key] = (first, tuple(more))
+        first, more = self._cache[key]
+        return first, self._load(), more
 
     def evaluate(self, config: ServingConfig, *, repeat: int = 0) -> tuple[dict, Trial]:
         """Row (without number/phase) and the trial itself."""
-        first, load, more = self._runs(self.seed + 1000 * repeat)
+        first, load, more = self._runs(config, self.seed + 1000 * repeat)
         trial = self.backend.run(config, first, load, more=more)
         return self.row(config, trial), trial
+
+    def capacity(self, config: ServingConfig) -> tuple[SteadyState | None, Trial]:
+        """The capacity run alone (``--rate auto`` needs the baseline's before any traffic)."""
+        first = self.capacity_requests(config, self.seed)
+        trial = self.backend.run(config, first, self._load())
+        if not trial.ok or trial.run is None:
+            return None, trial
+        return steady_state(trial.run.records, trial.run.duration_s), trial
 
     def probe_rates(self, config: ServingConfig, rates: Sequence[float], *,
                     repeat: int = 0) -> list[dict]:
         """One trial of ``config`` (one server) running the workload at each rate in turn, the
         workload's own arrival process (Poisson where it has none: rate inf, closed loops,
         traces); per rate: whether every SLO held, what was missed, the latencies."""
-        load = LoadConfig(base_url="", model="", max_concurrency=self.max_concurrency,
-                              realtime=self.realtime_client)
-        arrival = self.workload.arrival
+        load = self._load()
         runs = []
         for i, rate in enumerate(rates):
-            at = (dataclasses.replace(arrival, rate=rate)
-                  if arrival.process in ("poisson", "gamma", "constant")
-                  else ArrivalSpec(process="poisson", rate=rate))
-            wl = dataclasses.replace(self.workload, arrival=at)
-            runs.append(sample_requests(wl, self.num_requests,
+            runs.append(sample_requests(traffic_workload(self.workload, rate),
+                                        self.num_requests,
                                         seed=self.seed + 104_729 * repeat + 31 * i,
                                         vocab_size=self.vocab_size))
         trial = self.backend.run(config, runs[0], load,
@@ -157,40 +211,68 @@ class Evaluator:
         metrics: dict[str, Any] = {}
         facts = dict(trial.facts)
         failed = None
+        offered = self.offered_rate
+        over = False
+        runs: list[dict] = []
         if trial.ok and trial.run is not None:
             capacity = measure(trial.run)
             traffic = measure(trial.more_runs[0]) if trial.more_runs else capacity
             cap, lat = capacity.result.to_dict(), traffic.result.to_dict()
-            metrics = {k: cap[k] for k in THROUGHPUT_KEYS}
+            steady = steady_state(trial.run.records, trial.run.duration_s)
+            tokens_per_request = (cap["total_input_tokens"] + cap["total_output_tokens"]) / max(
+                1, cap["completed"])
+            metrics = {"output_throughput": steady.output_throughput,
+                       "request_throughput": steady.request_throughput,
+                       "total_token_throughput": steady.request_throughput * tokens_per_request,
+                       "burst_output_throughput": cap["output_throughput"]}
             metrics.update({k: lat[k] for k in LATENCY_KEYS if k in lat})
             metrics["traffic_request_throughput"] = lat["request_throughput"]
             failed = cap["failed"] + lat["failed"] if traffic is not capacity else cap["failed"]
             metrics["failed"] = failed
+            facts.update(capacity_saturated=steady.saturated, peak_running=steady.peak_running,
+                         capacity_requests=len(trial.run.records),
+                         capacity_window_s=[round(t, 3) for t in steady.window_s])
+            over = offered is not None and steady.request_throughput < offered
             # Measured runs only: a simulated client is never starved, and a simulated
             # overload (stalls of preempted requests lift the mean TPOT) would read as bursts.
-            if self.backend.name != "sim" and any(
+            if self.measured and any(
                     bunched_streams(m.result.to_dict()) for m in (capacity, traffic)):
                 facts["bunched_streams"] = True  # latencies of the client's scheduling
             for m in (capacity, traffic):
                 if m.server is not None:
                     facts.setdefault("preemptions", m.server.preemptions)
                     facts.setdefault("peak_kv_usage", m.server.peak_kv_cache_usage)
-        missed = [key for key, limit in self.slos.items()
-                  if key not in metrics or metrics[key] > limit]
+            if self.measured:  # every run's own result, for calibrate --study
+                runs.append(_run_entry("capacity", trial.run, None, capacity))
+                if traffic is not capacity:
+                    runs.append(_run_entry("traffic", trial.more_runs[0], offered, traffic))
+        missed = [] if over else [key for key, limit in self.slos.items()
+                                  if key not in metrics or metrics[key] > limit]
         memory = trial.memory
         memory_bytes = None
         if memory is not None:
             memory_bytes = memory.device_bytes if memory.device_bytes is not None \
                 else memory.host_rss_bytes
-        return {
+        row = {
             "config": config_to_json(config),
             "status": trial.status,
             "cause": trial.cause,
             "metrics": metrics,
             "memory_bytes": memory_bytes,
             "kv_cache_tokens": trial.startup.kv_cache_tokens if trial.startup else None,
-            "slo_ok": trial.ok and not missed and not failed,
+            "offered_rate": offered,
+            "over_capacity": over,
+            "slo_ok": trial.ok and not over and not missed and not failed,
             "slo_missed": missed,
             "facts": {k: v for k, v in facts.items() if v is not None},
             "seconds": round(trial.timings.total_s, 3),
         }
+        if runs:
+            row["runs"] = runs
+        return row
+
+
+def _run_entry(kind: str, run, rate: float | None, measurement) -> dict:
+    records = run.records
+    return {"kind": kind, "num_requests": len(records), "rate": rate,
+            "max_concurrency": None, "result": measurement.to_dict()}

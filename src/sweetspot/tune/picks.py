@@ -1,30 +1,40 @@
 """Four picks from one study's rows, plus the Pareto front, each with why it wins.
 
-Candidates are the rows that ran (status ok), served every request and met every SLO
-(``slo_ok``), and — when the workload has a rate — whose capacity keeps up with it (capacity
-requests/s at least the offered rate: below it the queue grows for as long as the traffic lasts,
-and a P99 measured over a short run flatters it); if none keeps up, all candidates are used and
-the reasons say so. Throughput is the capacity run's output tokens/s; latency is P99
-end-to-end latency of the traffic run (the workload at its own rate).
+Candidates are the rows that ran (status ok), served every request, keep up with the offered rate
+(capacity at steady state at least the rate: above it the latencies measure the run's length, not
+the server) and met every SLO (``slo_ok`` says all three). Each goal is judged on its own figure:
 
-- max-throughput: the highest throughput;
-- low-latency: the lowest P99 latency;
-- memory-limited: the smallest device-memory footprint (within ``memory_limit_bytes`` when
-  given), then the highest throughput;
-- balanced: the best product of throughput and inverse latency, each relative to the best seen
-  (the knee of the front: neither goal gives up much).
+- max-throughput: capacity, output tokens/s at steady state (higher);
+- low-latency: the P99 latencies the SLOs name (default: P99 TTFT and P99 TPOT), as the geometric
+  mean of each relative to the best candidate's (lower), at the offered rate;
+- memory-limited: device memory (lower; within ``memory_limit_bytes`` when given);
+- balanced: throughput relative to the best times latency relative to the best (higher).
+
+A pick only departs from the baseline where that is worth it beyond the noise: among the
+candidates whose figure is within ``resolution`` of the best (2 % on the simulator, 5 % measured
+unless a paired confirmation says more), the one with the fewest knobs changed from the baseline
+wins, the figure breaking ties — so the baseline itself wins when nothing is measurably better,
+and a knob whose change buys nothing keeps the user's value (the study runs those reverted
+configurations so that they can win). If no candidate keeps up, only a max-throughput pick is
+made, with the most any trial served and where more capacity comes from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["GOALS", "Pick", "choose_picks", "pareto_front", "reasons_for"]
+__all__ = ["DEFAULT_LATENCY_KEYS", "GOALS", "RESOLUTION", "Pick", "candidates", "changed_knobs",
+           "choose_picks", "latency_keys", "pareto_front", "reasons_for"]
 
 GOALS = ("max-throughput", "low-latency", "memory-limited", "balanced")
 THROUGHPUT = "output_throughput"
-LATENCY = "p99_e2el_ms"
+LATENCY = "p99_e2el_ms"  # the Pareto front's latency axis
+DEFAULT_LATENCY_KEYS = ("p99_ttft_ms", "p99_tpot_ms")
+# The smallest relative difference a pick acts on: the simulator is deterministic per seed, so
+# its resolution is what its own repeats move; a measured single run is noisier.
+RESOLUTION = {"sim": 0.02, "measured": 0.05}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,14 +53,31 @@ def _lat(row: dict) -> float:
     return row["metrics"].get(LATENCY, float("inf"))
 
 
+def latency_keys(slos: Mapping[str, float] | None) -> tuple[str, ...]:
+    """The latency figures the low-latency goal is judged on: those the SLOs name."""
+    named = tuple(k for k in (slos or {}) if k.endswith("_ms"))
+    return named or DEFAULT_LATENCY_KEYS
+
+
 def candidates(rows: Sequence[dict]) -> list[dict]:
-    return [r for r in rows if r["status"] == "ok" and r["slo_ok"] and r["metrics"]]
+    return [r for r in rows if r["status"] == "ok" and r["slo_ok"] and r["metrics"]
+            and not r.get("over_capacity")]
+
+
+def changed_knobs(row: dict, baseline_config: Mapping | None) -> list[str]:
+    """Knobs whose value differs from the baseline's."""
+    if baseline_config is None:
+        return []
+    config = row["config"]
+    return [k for k in sorted(set(config) | set(baseline_config))
+            if config.get(k) != baseline_config.get(k)]
 
 
 def pareto_front(rows: Sequence[dict]) -> list[dict]:
     """Rows no other row beats on both throughput (higher) and P99 latency (lower), by
-    ascending throughput."""
-    ok = sorted((r for r in rows if r["status"] == "ok" and r["metrics"]),
+    ascending throughput; rows over capacity have no latency to compare."""
+    ok = sorted((r for r in rows if r["status"] == "ok" and r["metrics"]
+                 and not r.get("over_capacity")),
                 key=lambda r: (-_tp(r), _lat(r)))
     front, best_lat = [], float("inf")
     for row in ok:
@@ -60,28 +87,101 @@ def pareto_front(rows: Sequence[dict]) -> list[dict]:
     return front[::-1]
 
 
+@dataclass(frozen=True, slots=True)
+class _Goal:
+    name: str
+    figure: Callable[[dict], float]
+    higher: bool  # higher is better
+
+
+def _goals(pool: Sequence[dict], keys: Sequence[str]) -> list[_Goal]:
+    best = {k: min((r["metrics"][k] for r in pool if r["metrics"].get(k)), default=1.0)
+            for k in keys}
+
+    def latency(row: dict) -> float:  # geometric mean of each key relative to the best
+        logs = [math.log(max(row["metrics"].get(k, math.inf), 1e-9) / (best[k] or 1.0))
+                for k in keys]
+        return math.exp(sum(logs) / len(logs)) if logs else 1.0
+
+    best_tp = max((_tp(r) for r in pool), default=1.0) or 1.0
+    best_lat = min((latency(r) for r in pool), default=1.0) or 1.0
+    return [
+        _Goal("max-throughput", _tp, True),
+        _Goal("low-latency", latency, False),
+        _Goal("memory-limited", lambda r: r.get("memory_bytes") or math.inf, False),
+        _Goal("balanced", lambda r: (_tp(r) / best_tp) * (best_lat / latency(r)), True),
+    ]
+
+
+def _within(value: float, best: float, higher: bool, resolution: float) -> bool:
+    if higher:
+        return value >= best * (1 - resolution)
+    return value <= best * (1 + resolution)
+
+
+def _best_of(goal: _Goal, pool: Sequence[dict], base_config: Mapping | None,
+             resolution: float) -> tuple[dict, dict]:
+    """(the pick, the row with the best figure): the simplest row within ``resolution``."""
+    sign = -1 if goal.higher else 1
+    best = min(pool, key=lambda r: (sign * goal.figure(r), len(changed_knobs(r, base_config))))
+    near = [r for r in pool if _within(goal.figure(r), goal.figure(best), goal.higher,
+                                       resolution)]
+    if not near:  # no figure to compare (a metric missing): the best as it stands
+        return best, best
+    pick = min(near, key=lambda r: (len(changed_knobs(r, base_config)), sign * goal.figure(r)))
+    return pick, best
+
+
 def choose_picks(rows: Sequence[dict], baseline: dict | None, offered_rate: float | None,
-                 memory_limit_bytes: int | None = None) -> list[Pick]:
+                 memory_limit_bytes: int | None = None, *, resolution: float = 0.02,
+                 slos: Mapping[str, float] | None = None,
+                 acceptance: Callable[[dict], str | None] | None = None) -> list[Pick]:
+    """The picks; ``acceptance(row)`` describes the speculative acceptance a row assumed or
+    measured (printed beside any pick that speculates)."""
+    base_config = baseline["config"] if baseline is not None else None
     pool = candidates(rows)
     if not pool:
-        return []
-    keeping = [r for r in pool if keeps_up(r, offered_rate)]
-    overloaded = not keeping
-    pool = keeping or pool
-    picks: dict[str, dict] = {}
-    picks["max-throughput"] = max(pool, key=lambda r: (_tp(r), -_lat(r)))
-    picks["low-latency"] = min(pool, key=lambda r: (_lat(r), -_tp(r)))
-    sized = [r for r in pool if r.get("memory_bytes") is not None
-             and (memory_limit_bytes is None or r["memory_bytes"] <= memory_limit_bytes)]
-    if sized:
-        picks["memory-limited"] = min(sized, key=lambda r: (r["memory_bytes"], -_tp(r)))
-    best_tp = max(_tp(r) for r in pool) or 1.0
-    best_lat = min(_lat(r) for r in pool) or 1.0
-    picks["balanced"] = max(pool, key=lambda r: (_tp(r) / best_tp) * (best_lat / _lat(r)))
-    note = (_overload_note(pool, offered_rate),) if overloaded else ()
-    return [Pick(goal, picks[goal], _gain(picks[goal], baseline),
-                 reasons_for(goal, picks[goal], baseline, rows) + note)
-            for goal in GOALS if goal in picks]
+        ran = [r for r in rows if r["status"] == "ok" and r["metrics"]]
+        if not ran or offered_rate is None or not all(r.get("over_capacity") for r in ran):
+            return []
+        row = max(ran, key=_tp)
+        reasons = reasons_for("max-throughput", row, baseline, rows, resolution=resolution)
+        return [Pick("max-throughput", row, _gain(row, baseline),
+                     (*reasons, _overload_note(ran, offered_rate)))]
+    keys = latency_keys(slos)
+    picks = []
+    for goal in _goals(pool, keys):
+        eligible = pool
+        if goal.name == "memory-limited":
+            eligible = [r for r in pool if r.get("memory_bytes") is not None
+                        and (memory_limit_bytes is None or r["memory_bytes"] <= memory_limit_bytes)]
+            if not eligible:
+                continue
+        row, best = _best_of(goal, eligible, base_config, resolution)
+        reasons = reasons_for(goal.name, row, baseline, rows, resolution=resolution, keys=keys)
+        reasons += _unmeasurable(goal, row, best, base_config, resolution)
+        if acceptance is not None and row["config"].get("speculative"):
+            described = acceptance(row)
+            if described:
+                reasons += (described,)
+        picks.append(Pick(goal.name, row, _gain(row, baseline), reasons))
+    return picks
+
+
+def _unmeasurable(goal: _Goal, row: dict, best: dict, base_config: Mapping | None,
+                  resolution: float) -> tuple[str, ...]:
+    """What the best row changed that the pick leaves at the user's value, and why."""
+    if _same(best, row) or base_config is None:
+        return ()
+    reverted = [k for k in changed_knobs(best, base_config)
+                if row["config"].get(k) == base_config.get(k)]
+    if not reverted:
+        return ()
+    diff = goal.figure(best) / (goal.figure(row) or 1.0) - 1
+    what = ", ".join(f"{k} {_text(best['config'].get(k))}" for k in reverted)
+    return (f"no measurable gain from {what}: trial {best.get('number')} with "
+            f"{'it' if len(reverted) == 1 else 'them'} is within the {resolution:.0%} "
+            f"resolution ({diff:+.1%} on this goal's figure)",)
 
 
 def _overload_note(pool: Sequence[dict], offered_rate: float | None) -> str:
@@ -90,13 +190,13 @@ def _overload_note(pool: Sequence[dict], offered_rate: float | None) -> str:
     best = max(pool, key=lambda r: r["metrics"].get("request_throughput", 0))
     capacity = best["metrics"].get("request_throughput", 0)
     return (f"no configuration's capacity reaches the offered {offered_rate:g} req/s (the "
-            f"most: {capacity:.2f} req/s, trial {best.get('number')}): latencies grow with "
-            "the run's length; offer less traffic per replica, or more GPUs (replicas, tensor "
-            "parallelism)")
+            f"most: {capacity:.2f} req/s at steady state, trial {best.get('number')}), so no "
+            "latency is comparable; offer less traffic per replica (--rate), or more GPUs "
+            "(replicas, tensor parallelism)")
 
 
 def keeps_up(row: dict, offered_rate: float | None) -> bool:
-    """Its capacity (requests/s at saturation) reaches the traffic's rate."""
+    """Its capacity (requests/s at steady state) reaches the traffic's rate."""
     return offered_rate is None or row["metrics"].get("request_throughput", 0) >= offered_rate
 
 
@@ -104,7 +204,10 @@ def _gain(row: dict, baseline: dict | None) -> dict[str, float]:
     if baseline is None or baseline["status"] != "ok" or not baseline["metrics"]:
         return {}
     out = {}
+    comparable = not row.get("over_capacity") and not baseline.get("over_capacity")
     for key in (THROUGHPUT, LATENCY, "p99_ttft_ms", "p99_tpot_ms"):
+        if key != THROUGHPUT and not comparable:
+            continue
         base, new = baseline["metrics"].get(key), row["metrics"].get(key)
         if base and new is not None:
             out[key] = new / base - 1
@@ -113,22 +216,51 @@ def _gain(row: dict, baseline: dict | None) -> dict[str, float]:
     return out
 
 
-def reasons_for(goal: str, row: dict, baseline: dict | None, rows: Sequence[dict]
+def _same(row: dict, other: dict | None) -> bool:
+    return other is not None and row.get("number") == other.get("number")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f} ms" if value >= 100 else f"{value:.1f} ms"
+
+
+def _figure_line(goal: str, row: dict, baseline: dict | None, keys: Sequence[str]) -> str:
+    m = row["metrics"]
+    rate = row.get("offered_rate")
+    at = f" at {rate:.3g} req/s" if rate else " at the workload's rate"
+    if goal == "max-throughput":
+        return (f"capacity {_tp(row):,.0f} output tok/s ({m.get('request_throughput', 0):.2f} "
+                "req/s) at steady state")
+    if goal == "low-latency":
+        figures = ", ".join(f"{_key_label(k)} {_ms(m.get(k))}" for k in keys)
+        line = f"lowest {', '.join(_key_label(k) for k in keys)}{at}: {figures}"
+        if baseline is not None and not _same(row, baseline) and baseline.get("metrics") \
+                and not baseline.get("over_capacity"):
+            line += " (baseline: " + ", ".join(_ms(baseline["metrics"].get(k))
+                                               for k in keys) + ")"
+        return line
+    if goal == "memory-limited":
+        line = f"smallest footprint that serves the traffic: {row['memory_bytes'] / 2**30:.1f} GiB"
+        if baseline is not None and baseline.get("memory_bytes"):
+            line += f" (baseline {baseline['memory_bytes'] / 2**30:.1f} GiB)"
+        return line
+    return (f"best throughput x latency trade: {_tp(row):,.0f} tok/s with "
+            + ", ".join(f"{_key_label(k)} {_ms(m.get(k))}" for k in keys) + at)
+
+
+def _key_label(key: str) -> str:
+    stat, _, rest = key.partition("_")
+    return f"{stat.upper() if stat.startswith('p') else stat} {rest.removesuffix('_ms').upper()}"
+
+
+def reasons_for(goal: str, row: dict, baseline: dict | None, rows: Sequence[dict], *,
+                resolution: float = 0.02, keys: Sequence[str] = DEFAULT_LATENCY_KEYS
                 ) -> tuple[str, ...]:
     """Why this row wins its goal, from the simulator's or server's counters and the sweeps."""
-    out: list[str] = []
-    m, facts, config = row["metrics"], row.get("facts", {}), row["config"]
-    if goal == "max-throughput":
-        out.append(f"highest throughput of the study: {_tp(row):,.0f} output tok/s")
-    elif goal == "low-latency":
-        out.append(f"lowest P99 end-to-end latency at the workload's rate: "
-                   f"{_lat(row):,.0f} ms")
-    elif goal == "memory-limited" and row.get("memory_bytes"):
-        out.append(f"smallest footprint that meets the SLOs: "
-                   f"{row['memory_bytes'] / 2**30:.1f} GiB of device memory")
-    elif goal == "balanced":
-        out.append(f"best throughput x latency trade: {_tp(row):,.0f} tok/s at P99 "
-                   f"{_lat(row):,.0f} ms")
+    out: list[str] = [_figure_line(goal, row, baseline, keys)]
+    facts, config = row.get("facts", {}), row["config"]
+    if _same(row, baseline):
+        out.append("your configuration: nothing measurably better for this goal")
     seqs = config.get("max_num_seqs")
     batch = facts.get("mean_batch")
     peak_kv = facts.get("peak_kv_usage")
@@ -141,25 +273,25 @@ def reasons_for(goal: str, row: dict, baseline: dict | None, rows: Sequence[dict
     if facts.get("preemptions"):
         out.append(f"{facts['preemptions']} preemptions (KV cache ran out)")
     share = facts.get("compute_bound_share")
-    if share is not None and m:
+    if share is not None and row["metrics"]:
         out.append(f"{share:.0%} of steps compute-bound, {1 - share:.0%} memory-bound")
     if baseline is not None:
-        for knob, value in config.items():
-            before = baseline["config"].get(knob)
-            if value != before:
-                out.append(f"{knob}: {_text(before)} -> {_text(value)}"
-                           + _sweep_note(knob, value, baseline, rows))
+        for knob in changed_knobs(row, baseline["config"]):
+            out.append(f"{knob}: {_text(baseline['config'].get(knob))} -> "
+                       f"{_text(config.get(knob))}"
+                       + _sweep_note(knob, config.get(knob), baseline, rows, resolution))
     return tuple(out)
 
 
-def _sweep_note(knob: str, value, baseline: dict, rows: Sequence[dict]) -> str:
-    """How the knob alone did in its one-knob sweep, when the study has one."""
+def _sweep_note(knob: str, value, baseline: dict, rows: Sequence[dict],
+                resolution: float) -> str:
+    """How the knob alone did in its one-knob sweep, when the study has one and it mattered."""
     for r in rows:
         if r.get("phase") == "ofat" and r.get("knob") == knob and r["config"].get(knob) == value:
             if r["status"] != "ok" or baseline["status"] != "ok" or not baseline["metrics"]:
                 return f" (alone: {r['status']})"
             change = _tp(r) / (_tp(baseline) or 1.0) - 1
-            return f" (alone: {change:+.0%} throughput)"
+            return f" (alone: {change:+.0%} throughput)" if abs(change) > resolution else ""
     return ""
 
 

@@ -10,8 +10,9 @@ take before P99 TTFT or TPOT breaks the SLO. The search:
 3. a second ladder of four rates between the highest rate that met every SLO and the first that
    missed refines the answer to 4 % of C.
 
-SLO compliance is taken as monotone in the rate (queues only grow with it); a probe that passes
-above a failing one (noise) does not count. Rates above C are not probed: past capacity the
+SLO compliance is taken as monotone in the rate (queues only grow with it): the answer is the
+highest passing rate below the lowest failure that no pass lies above; a failure below a pass is
+noise and is shown, not obeyed. Rates above C are not probed: past capacity the
 queue grows for as long as the run lasts, so any pass there is an artefact of a short run.
 """
 
@@ -43,17 +44,20 @@ class RateSearch:
 
     @property
     def max_rate(self) -> float | None:
-        """The highest probed rate below the first failure; None if even the lowest failed."""
-        best = None
-        for probe in sorted(self.probes, key=lambda p: p["rate"]):
-            if not probe["ok"]:
-                break
-            best = probe["rate"]
-        return best
+        """The highest passing rate below ``first_failure``; None if none passed."""
+        limit = self.first_failure
+        passed = [p["rate"] for p in self.probes
+                  if p["ok"] and (limit is None or p["rate"] < limit)]
+        return max(passed) if passed else None
 
     @property
     def first_failure(self) -> float | None:
-        failed = [p["rate"] for p in self.probes if not p["ok"]]
+        """The lowest failing rate above which nothing passed: a failure with passes above it
+        is noise (compliance only gets worse with the rate), so it does not cap the answer."""
+        probes = sorted(self.probes, key=lambda p: p["rate"])
+        highest_pass = max((p["rate"] for p in probes if p["ok"]), default=None)
+        failed = [p["rate"] for p in probes if not p["ok"]
+                  and (highest_pass is None or p["rate"] > highest_pass)]
         return min(failed) if failed else None
 
     def next_rates(self) -> list[float]:

@@ -109,7 +109,7 @@ class StudyStore:
         out = []
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             row = trial.user_attrs.get(ROW_ATTR)
-            if row is not None and not row.get("duplicate_of"):
+            if row is not None and row.get("duplicate_of") is None:
                 out.append(row)
         return out
 

@@ -22,11 +22,20 @@ from sweetspot.spec.model import load_model
 from sweetspot.spec.quant import load_quantization
 from sweetspot.spec.version import parse_vllm_version
 from sweetspot.spec.workload import validate_workload
-from sweetspot.tune.confirm import confirm_finalists
+from sweetspot.tune.confirm import Confirmation, confirm_finalists
 from sweetspot.tune.evaluate import Evaluator, config_to_json
-from sweetspot.tune.picks import THROUGHPUT, candidates, choose_picks, pareto_front
+from sweetspot.tune.picks import (
+    RESOLUTION,
+    THROUGHPUT,
+    Pick,
+    candidates,
+    changed_knobs,
+    choose_picks,
+    pareto_front,
+    reasons_for,
+)
 from sweetspot.tune.rate import RateSearch, search_rate
-from sweetspot.tune.space import SearchSpace, _values, default_space, value_label
+from sweetspot.tune.space import SearchSpace, _values, config_key, default_space, value_label
 from sweetspot.tune.store import StudyStore
 from sweetspot.tune.tuner import STRATEGIES, Budget, Tuner, config_from_json, make_sampler
 
@@ -36,6 +45,13 @@ ENDPOINT_ONLY_RATE = ("--backend endpoint measures the server at --url as it run
                        "--strategy rate applies; a search needs servers it can launch "
                        "(--backend vllm)")
 DRAFTS = {"Qwen2ForCausalLM": "Qwen/Qwen2.5-0.5B-Instruct"}
+# --rate auto offers this share of the baseline's steady-state capacity: loaded enough that the
+# configurations' latencies differ, light enough that the baseline's queue stays short.
+AUTO_RATE_SHARE = 0.65
+# Reverted configurations (a changed knob set back to the baseline's value) a study runs so that
+# a pick keeps the user's value where the change buys nothing: measured trials cost a server
+# start each.
+SIMPLIFY_TRIALS = {"sim": 32, "measured": 4}
 
 
 @dataclass(frozen=True)
@@ -60,6 +76,8 @@ class StudySettings:
     backend: str = "sim"  # "sim", "vllm" or "endpoint" (vllm["url"]: a running server)
     vllm: dict = field(default_factory=dict)  # real backend: python, template, env, tokenizer...
     calibration: str | None = None
+    rate: float | str | None = None  # offered req/s, "auto" (a share of the baseline's capacity)
+    acceptance: float | None = None  # simulated speculative acceptance; None: per method
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -161,37 +179,55 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
         settings = dataclasses.replace(
             settings, space={d.knob: list(d.labels) for d in space.dimensions},
             baseline=config_to_json(baseline))
-    setup = SimSetup(hardware, resolved.arch, quant, ServingConfig(), version)
+    setup = SimSetup(hardware, resolved.arch, quant, ServingConfig(), version,
+                     spec_acceptance=settings.acceptance)
     backend = _backend(settings, setup, settings.model, baseline)
     evaluator = Evaluator(backend, workload, settings.num_requests, settings.slos,
                           vocab_size=min(resolved.arch.vocab_size, 32_000), seed=settings.seed,
-                          realtime_client=bool(settings.vllm.get("realtime_client")))
+                          realtime_client=bool(settings.vllm.get("realtime_client")),
+                          rate=settings.rate if isinstance(settings.rate, float | int) else None,
+                          batch_estimate=batch_estimator(setup))
     directions = ("maximize", "minimize") if settings.objective == "pareto" else ("maximize",)
     store = StudyStore.open(storage_url, settings.name, space, resume=resume,
                             directions=directions,
                             sampler=make_sampler(settings.objective, settings.seed),
                             meta={"settings": settings.to_dict()})
+    if settings.rate == "auto" and settings.strategy != "rate":
+        _auto_rate(store, evaluator, baseline, on_phase)
     tuner = Tuner(store, evaluator, space, baseline,
                   budget=Budget(settings.trials, settings.seconds),
                   objective=settings.objective, seed=settings.seed, on_trial=on_trial)
     tuner.run(settings.strategy)
-    rows = tuner.ordered_rows()
     base_row = tuner.baseline_row()
+    kind = "sim" if settings.backend == "sim" else "measured"
+    resolution = RESOLUTION[kind]
+    limit = int(settings.memory_limit_gib * GiB) if settings.memory_limit_gib else None
+    offered = evaluator.offered_rate
     confirmation = None
+    picks: list[Pick] = []
     if settings.strategy == "rate":
         if on_phase is not None:
             on_phase("searching the highest rate that meets the SLOs")
         _goodput(store, evaluator, baseline, base_row)
     else:
         if on_phase is not None:
+            on_phase("keeping your values where a change buys nothing")
+        _simplify(tuner, base_row, offered, limit, resolution, settings.slos,
+                  SIMPLIFY_TRIALS[kind])
+
+        def choose() -> list[Pick]:
+            return choose_picks(tuner.ordered_rows(), base_row, offered, limit,
+                                resolution=resolution, slos=settings.slos,
+                                acceptance=_acceptance_text(settings))
+
+        picks = choose()
+        if on_phase is not None:
             on_phase("confirming finalists")
-        pool = sorted(candidates(rows), key=lambda r: -r["metrics"][THROUGHPUT])
-        finalists = [(r, config_from_json(r["config"])) for r in pool[:2]]
+        finalists = _finalists(picks, tuner.ordered_rows(), base_row)
         confirmation = confirm_finalists(evaluator, finalists, settings.confirm_repeats)
-    offered = workload.arrival.rate if workload.arrival.process not in ("inf", "closed") \
-        else None
-    limit = int(settings.memory_limit_gib * GiB) if settings.memory_limit_gib else None
-    picks = choose_picks(rows, base_row, offered, limit)
+        picks = _confirmed(picks, confirmation, base_row, tuner.ordered_rows(),
+                           resolution)
+    rows = tuner.ordered_rows()
     model_ref = settings.model
     store.set_attr("picks", [
         {"goal": p.goal, "trial": p.row["number"], "gain": p.gain, "reasons": list(p.reasons),
@@ -202,7 +238,150 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
     store.set_attr("pareto", [r["number"] for r in pareto_front(rows)])
     store.set_attr("confirmation", confirmation.to_dict() if confirmation else None)
     store.set_attr("baseline_number", base_row["number"] if base_row else None)
+    store.set_attr("resolution", resolution)
     return study_data(store.study, storage_url)
+
+
+def batch_estimator(setup):
+    """How many requests a configuration runs at once: max-num-seqs, or fewer where the KV
+    cache the memory model gives it holds fewer of the workload's requests (each holding its
+    prompt and half its output on average). Sizes the capacity run; an estimate suffices."""
+    from sweetspot.engine.memory import estimate_memory
+    from sweetspot.spec.knobs import resolve_defaults
+
+    hw, arch, version = setup.hardware, setup.arch, setup.version
+
+    def estimate(config: ServingConfig, requests) -> int:
+        resolved = resolve_defaults(config, version, hw, arch.max_position_embeddings)
+        seqs = int(resolved.max_num_seqs or 256)
+        memory = estimate_memory(arch, setup.quant, hw, resolved, version)
+        per_request = sum(r.prompt_tokens + r.output_tokens / 2 for r in requests) / max(
+            1, len(requests))
+        if memory.ok and memory.kv_cache_tokens > 0 and per_request > 0:
+            seqs = min(seqs, int(memory.kv_cache_tokens / per_request))
+        return max(1, seqs)
+
+    return estimate
+
+
+def _auto_rate(store: StudyStore, evaluator: Evaluator, baseline: ServingConfig,
+               on_phase: Callable[[str], None] | None) -> None:
+    """--rate auto: the offered rate is a share of the baseline's steady-state capacity,
+    measured once and stored, so a resumed study offers the same."""
+    stored = store.study.user_attrs.get("offered_rate")
+    if stored:
+        evaluator.rate = float(stored)
+        return
+    if on_phase is not None:
+        on_phase("measuring the baseline's capacity (--rate auto)")
+    steady, trial = evaluator.capacity(baseline)
+    if steady is None or steady.request_throughput <= 0:
+        store.set_attr("rate_note", f"--rate auto: the baseline did not run ({trial.status}: "
+                                    f"{trial.cause}); the workload's own rate is offered")
+        return
+    evaluator.rate = round(AUTO_RATE_SHARE * steady.request_throughput, 4)
+    store.set_attr("offered_rate", evaluator.rate)
+    store.set_attr("rate_note", f"--rate auto: {AUTO_RATE_SHARE:.0%} of the baseline's "
+                                f"capacity ({steady.request_throughput:.2f} req/s)")
+
+
+def _simplify(tuner: Tuner, base_row: dict | None, offered: float | None, limit: int | None,
+              resolution: float, slos: dict, max_trials: int) -> None:
+    """Run, for each goal's pick, the configurations with one changed knob set back to the
+    baseline's value, so that a knob whose change buys nothing can keep the user's value (the
+    picks prefer the fewest changes within the resolution). Rounds until nothing new is
+    proposed or ``max_trials`` ran."""
+    if base_row is None:
+        return
+    ran = 0
+    base_config = base_row["config"]
+    tried: set[str] = set()
+    while ran < max_trials:
+        rows = tuner.ordered_rows()
+        picks = choose_picks(rows, base_row, offered, limit, resolution=resolution, slos=slos)
+        proposals = []
+        for pick in picks:
+            for knob in changed_knobs(pick.row, base_config):
+                config = dict(pick.row["config"])
+                if knob in base_config:
+                    config[knob] = base_config[knob]
+                else:
+                    config.pop(knob, None)
+                reverted = config_from_json(config)
+                key = config_key(reverted)
+                if key not in tried and key not in tuner.rows:
+                    tried.add(key)
+                    proposals.append(reverted)
+        if not proposals:
+            return
+        for config in proposals[:max_trials - ran]:
+            tuner.evaluate(config, "simplify")
+            ran += 1
+
+
+def _finalists(picks: list[Pick], rows: list[dict], base_row: dict | None
+               ) -> list[tuple[dict, ServingConfig]]:
+    """The max-throughput pick against the baseline (is the change worth it?), or, when the
+    pick is the baseline, against the runner-up."""
+    best = next((p.row for p in picks if p.goal == "max-throughput"), None)
+    if best is None:
+        return []
+    other = base_row if base_row is not None and base_row["number"] != best["number"] \
+        and base_row in candidates([base_row]) else None
+    if other is None:
+        pool = sorted((r for r in candidates(rows) if r["number"] != best["number"]),
+                      key=lambda r: -r["metrics"][THROUGHPUT])
+        other = pool[0] if pool else None
+    if other is None:
+        return []
+    return [(r, config_from_json(r["config"])) for r in (best, other)]
+
+
+def _confirmed(picks: list[Pick], confirmation: Confirmation | None, base_row: dict | None,
+               rows: list[dict], resolution: float) -> list[Pick]:
+    """The paired verdict decides the max-throughput pick against the baseline: a tie (or a
+    loss) keeps the baseline, a win says by how much."""
+    if confirmation is None or base_row is None:
+        return picks
+    out = []
+    for pick in picks:
+        against_baseline = (pick.goal == "max-throughput"
+                            and pick.row["number"] != base_row["number"]
+                            and set(confirmation.numbers) == {pick.row["number"],
+                                                              base_row["number"]})
+        if against_baseline and (confirmation.verdict == "tie"
+                                 or confirmation.numbers[0] == base_row["number"]):
+            reasons = reasons_for(pick.goal, base_row, base_row, rows, resolution=resolution)
+            pick = Pick(pick.goal, base_row, {}, (
+                *reasons, f"no measurable gain from trial {pick.row['number']}'s changes: "
+                          f"{confirmation.text()}"))
+        elif against_baseline:
+            pick = Pick(pick.goal, pick.row, pick.gain,
+                        (*pick.reasons, f"confirmed: {confirmation.text()}"))
+        out.append(pick)
+    return out
+
+
+def _acceptance_text(settings: StudySettings) -> Callable[[dict], str | None]:
+    """What a speculating pick's numbers rest on: the acceptance assumed (simulated) or the
+    one the server counted (measured)."""
+    def describe(row: dict) -> str | None:
+        facts = row.get("facts") or {}
+        rate = facts.get("spec_acceptance_rate")
+        if settings.backend != "sim":
+            return None if rate is None else \
+                f"speculation at a measured acceptance rate of {rate:.0%}"
+        from sweetspot.backends.sim.speculative import DEFAULT_ACCEPTANCE
+
+        method = (row["config"].get("speculative") or {}).get("method")
+        assumed = settings.acceptance if settings.acceptance is not None \
+            else DEFAULT_ACCEPTANCE.get(method, 0.6)
+        source = "--acceptance" if settings.acceptance is not None else (
+            f"the simulator's default for {method}; measure yours and pass --acceptance")
+        text = f"speculation assumes an acceptance of {assumed:.2f} per drafted token ({source})"
+        return text + (f"; simulated acceptance rate {rate:.0%}" if rate is not None else "")
+
+    return describe
 
 
 def _goodput(store: StudyStore, evaluator: Evaluator, config: ServingConfig,
@@ -239,5 +418,8 @@ def study_data(study, storage_url: str) -> dict:
         "trials": rows, "picks": attrs.get("picks", []), "pareto": attrs.get("pareto", []),
         "confirmation": attrs.get("confirmation"), "settings": settings,
         "rate_search": attrs.get("rate_search"),
+        "offered_rate": attrs.get("offered_rate", settings.get("rate")
+                                  if isinstance(settings.get("rate"), float | int) else None),
+        "rate_note": attrs.get("rate_note"), "resolution": attrs.get("resolution"),
     }
 

@@ -100,6 +100,10 @@ class Tuner:
         constraints = {"ran": 0.0 if ok else 1.0, "failed_requests": float(m.get("failed") or 0)}
         for key, limit in self.evaluator.slos.items():
             constraints[key] = m[key] / limit - 1 if key in m else 1.0
+        offered = row.get("offered_rate")
+        if offered:  # over capacity: the queue grows without bound, latencies mean nothing
+            capacity = m.get("request_throughput", 0.0) if ok else 0.0
+            constraints["keeps_up"] = offered / capacity - 1 if capacity > 0 else 1.0
         if self.objective == "pareto":
             latency = m.get(LATENCY, WORST_LATENCY_MS) if ok else WORST_LATENCY_MS
             return (throughput, latency), constraints

@@ -1,0 +1,81 @@
+"""Steady-state capacity: what a configuration serves once its batch is full, from the records of
+one saturating run (every request sent at once).
+
+A burst's plain throughput (all tokens / the run's duration) is an artefact of its length: it
+starts with a ramp (the first batch's prefills, then every request of that batch decoding in
+lockstep with no new prefill to interleave) and ends with a drain (the last few, often long,
+requests alone on the server). Neither is the server's capacity, and both weigh more the shorter
+the run. The capacity is the output rate inside the window where the server is saturated:
+
+- it opens once half a batch has finished (the first wave's lockstep has broken up and new
+  prefills mix with decodes, as they do at any steady rate), the batch being the most requests
+  seen running at once (first token received, last not yet);
+- it closes at the last first token: up to then some request was still waiting, so the batch
+  was full or the KV cache was; after it the queue is empty and the batch only drains.
+
+The run saturated the server when the window holds at least one whole batch of completions;
+otherwise (too few requests for the configuration's batch) the figure is the whole run's rate and
+is flagged, since it understates the capacity. The same function reads simulated and measured
+records, so a prediction and a measurement are windowed alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sweetspot.backends.records import RequestRecord
+
+__all__ = ["SteadyState", "steady_state"]
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyState:
+    output_throughput: float  # output tokens/s inside the window
+    request_throughput: float  # the same in requests/s of the run's mean output length
+    window_s: tuple[float, float]  # (open, close) on the run's clock
+    saturated: bool  # the window holds at least one whole batch of completions
+    peak_running: int  # most requests running at once (first token in, last not yet)
+    completions: int  # requests that finished inside the window
+
+
+def _peak_running(first_s: np.ndarray, end_s: np.ndarray) -> int:
+    times = np.concatenate([end_s, first_s])
+    steps = np.concatenate([-np.ones(len(end_s)), np.ones(len(first_s))])
+    order = np.lexsort((steps, times))  # at equal times the finish counts first
+    return int(np.max(np.cumsum(steps[order]), initial=0))
+
+
+def steady_state(records: Sequence[RequestRecord], duration_s: float) -> SteadyState:
+    """The steady-state capacity of the saturating run ``records`` (see the module's text)."""
+    ok = [r for r in records if r.ok and r.chunk_times_s]
+    if not ok:
+        return SteadyState(0.0, 0.0, (0.0, duration_s), False, 0, 0)
+    first = np.array([r.chunk_times_s[0] for r in ok])
+    end = np.array([r.end_s for r in ok])
+    outputs = np.array([r.output_tokens for r in ok], dtype=float)
+    mean_output = float(outputs.mean()) or 1.0
+    peak = _peak_running(first, end)
+    ends = np.sort(end)
+    opens = float(ends[max(1, math.ceil(peak / 2)) - 1])
+    closes = float(first.max())
+    completions = int(np.count_nonzero((end > opens) & (end <= closes)))
+    saturated = bool(closes > opens and completions >= peak)
+    if not saturated:
+        tokens = float(outputs.sum())
+        span = duration_s if duration_s > 0 else float(end.max())
+        rate = tokens / span if span > 0 else 0.0
+        return SteadyState(rate, rate / mean_output, (0.0, span), False, peak, len(ok))
+    # Tokens that arrived inside the window; a chunk carries output / chunks tokens (more than
+    # one with speculative decoding).
+    tokens = 0.0
+    for r, n in zip(ok, outputs, strict=True):
+        times = np.asarray(r.chunk_times_s)
+        inside = np.count_nonzero((times > opens) & (times <= closes))
+        tokens += inside * n / len(times)
+    rate = tokens / (closes - opens)
+    return SteadyState(float(rate), float(rate / mean_output), (opens, closes), True, peak,
+                       completions)

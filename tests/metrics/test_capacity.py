@@ -1,0 +1,72 @@
+"""Steady-state capacity: the saturated window of a burst, not its ramp or its drain."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sweetspot.backends.records import RequestRecord
+from sweetspot.metrics.capacity import steady_state
+
+
+def _server(n: int, batch: int, outputs: np.ndarray, step_s: float = 0.01
+            ) -> list[RequestRecord]:
+    """A server running ``batch`` requests at a time, one token each per step, taking the next
+    queued request as soon as one finishes; every request sent at 0."""
+    running: list[list] = []  # [request, tokens left, chunk times]
+    queue = list(range(n))
+    done: list[RequestRecord] = []
+    t = 0.0
+    while queue or running:
+        while queue and len(running) < batch:
+            i = queue.pop(0)
+            running.append([i, int(outputs[i]), []])
+        t += step_s
+        for item in running:
+            item[1] -= 1
+            item[2].append(t)
+        for item in [x for x in running if x[1] == 0]:
+            running.remove(item)
+            i, _, times = item
+            done.append(RequestRecord(i, 0.0, 0.0, tuple(times), times[-1], 10,
+                                      int(outputs[i])))
+    return sorted(done, key=lambda r: r.request_id)
+
+
+def test_the_window_holds_the_full_batch_rate_and_ignores_the_drain() -> None:
+    """A batch of 8 at one token per 10 ms serves 800 tok/s while it is full; the drain (the
+    long last requests alone) pulls the whole run's rate far below that."""
+    rng = np.random.default_rng(0)
+    outputs = rng.integers(20, 60, 200)
+    outputs[-3:] = 400  # three long requests at the end: a long drain
+    records = _server(200, 8, outputs)
+    duration = max(r.end_s for r in records)
+    whole = outputs.sum() / duration
+    steady = steady_state(records, duration)
+    assert steady.saturated and steady.peak_running == 8
+    assert steady.output_throughput == pytest.approx(800, rel=0.02)
+    assert whole < 0.85 * steady.output_throughput
+    assert steady.request_throughput == pytest.approx(800 / outputs.mean(), rel=0.02)
+
+
+def test_the_figure_does_not_move_with_the_run_length() -> None:
+    rng = np.random.default_rng(1)
+    short = steady_state(r := _server(100, 8, rng.integers(10, 90, 100)), max(x.end_s for x in r))
+    long = steady_state(r := _server(200, 8, rng.integers(10, 90, 200)), max(x.end_s for x in r))
+    assert short.saturated and long.saturated
+    assert long.output_throughput == pytest.approx(short.output_throughput, rel=0.05)
+
+
+def test_a_run_that_never_fills_the_batch_is_flagged() -> None:
+    """Fewer requests than the batch holds: no queue ever formed, so no steady state."""
+    outputs = np.full(6, 50)
+    records = _server(6, 8, outputs)
+    steady = steady_state(records, max(r.end_s for r in records))
+    assert not steady.saturated
+    assert steady.output_throughput == pytest.approx(600, rel=0.01)  # the whole run's rate
+
+
+def test_no_successful_request() -> None:
+    failed = RequestRecord(0, 0.0, 0.0, (), None, 10, 0, error="HTTP 500")
+    steady = steady_state([failed], 1.0)
+    assert steady.output_throughput == 0 and not steady.saturated
