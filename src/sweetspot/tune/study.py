@@ -186,7 +186,7 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
                           vocab_size=min(resolved.arch.vocab_size, 32_000), seed=settings.seed,
                           realtime_client=bool(settings.vllm.get("realtime_client")),
                           rate=settings.rate if isinstance(settings.rate, float | int) else None,
-                          batch_estimate=batch_estimator(setup))
+                          batch_estimate=batch_estimator(setup, workload.prefix.length))
     directions = ("maximize", "minimize") if settings.objective == "pareto" else ("maximize",)
     store = StudyStore.open(storage_url, settings.name, space, resume=resume,
                             directions=directions,
@@ -194,12 +194,17 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
                             meta={"settings": settings.to_dict()})
     if settings.rate == "auto" and settings.strategy != "rate":
         _auto_rate(store, evaluator, baseline, on_phase)
+    kind = "sim" if settings.backend == "sim" else "measured"
+    budget = Budget(settings.trials, settings.seconds)
+    # A share of the trial budget is kept for the reverted configurations (_simplify).
+    reserve = min(SIMPLIFY_TRIALS[kind], (settings.trials or 0) // 5)
     tuner = Tuner(store, evaluator, space, baseline,
-                  budget=Budget(settings.trials, settings.seconds),
+                  budget=dataclasses.replace(budget, trials=settings.trials - reserve)
+                  if settings.trials and settings.strategy != "rate" else budget,
                   objective=settings.objective, seed=settings.seed, on_trial=on_trial)
     tuner.run(settings.strategy)
+    tuner.budget = budget
     base_row = tuner.baseline_row()
-    kind = "sim" if settings.backend == "sim" else "measured"
     resolution = RESOLUTION[kind]
     limit = int(settings.memory_limit_gib * GiB) if settings.memory_limit_gib else None
     offered = evaluator.offered_rate
@@ -242,10 +247,11 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
     return study_data(store.study, storage_url)
 
 
-def batch_estimator(setup):
+def batch_estimator(setup, shared_prefix_tokens: int = 0):
     """How many requests a configuration runs at once: max-num-seqs, or fewer where the KV
     cache the memory model gives it holds fewer of the workload's requests (each holding its
-    prompt and half its output on average). Sizes the capacity run; an estimate suffices."""
+    prompt, less a shared prefix the prefix cache keeps once, and half its output on average).
+    Sizes the capacity run; an estimate suffices."""
     from sweetspot.engine.memory import estimate_memory
     from sweetspot.spec.knobs import resolve_defaults
 
@@ -255,8 +261,9 @@ def batch_estimator(setup):
         resolved = resolve_defaults(config, version, hw, arch.max_position_embeddings)
         seqs = int(resolved.max_num_seqs or 256)
         memory = estimate_memory(arch, setup.quant, hw, resolved, version)
-        per_request = sum(r.prompt_tokens + r.output_tokens / 2 for r in requests) / max(
-            1, len(requests))
+        shared = shared_prefix_tokens if resolved.enable_prefix_caching else 0
+        per_request = sum(r.prompt_tokens - (shared if r.prefix_group is not None else 0)
+                          + r.output_tokens / 2 for r in requests) / max(1, len(requests))
         if memory.ok and memory.kv_cache_tokens > 0 and per_request > 0:
             seqs = min(seqs, int(memory.kv_cache_tokens / per_request))
         return max(1, seqs)
@@ -290,7 +297,7 @@ def _simplify(tuner: Tuner, base_row: dict | None, offered: float | None, limit:
     """Run, for each goal's pick, the configurations with one changed knob set back to the
     baseline's value, so that a knob whose change buys nothing can keep the user's value (the
     picks prefer the fewest changes within the resolution). Rounds until nothing new is
-    proposed or ``max_trials`` ran."""
+    proposed, ``max_trials`` ran or the study's budget is spent."""
     if base_row is None:
         return
     ran = 0
@@ -315,6 +322,8 @@ def _simplify(tuner: Tuner, base_row: dict | None, offered: float | None, limit:
         if not proposals:
             return
         for config in proposals[:max_trials - ran]:
+            if tuner.exhausted():
+                return
             tuner.evaluate(config, "simplify")
             ran += 1
 
