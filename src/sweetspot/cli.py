@@ -176,20 +176,6 @@ def _advice_dict(advice) -> dict:
     }
 
 
-def _parse_slos(text: str | None) -> dict[str, float]:
-    """``ttft=300,tpot=50ms,e2el=2s`` -> milliseconds per metric."""
-    slos: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in (text or "").split(","))):
-        name, _, value = part.partition("=")
-        value = value.strip().lower()
-        scale = 1000.0 if value.endswith("s") and not value.endswith("ms") else 1.0
-        try:
-            slos[name.strip()] = float(value.removesuffix("ms").removesuffix("s")) * scale
-        except ValueError:
-            raise SweetspotError(f"bad SLO {part!r}: expected e.g. ttft=300ms") from None
-    return slos
-
-
 def _parse_floats(text: str, what: str) -> tuple[float, ...]:
     try:
         return tuple(float(p) for p in text.split(",") if p.strip())
@@ -265,8 +251,12 @@ def bench(
     concurrency: Annotated[int | None, typer.Option(min=1, help="Most requests in flight; "
                                                          "alone it means a closed loop.")] = None,
     burstiness: Annotated[float, typer.Option(min=0.01)] = 1.0,
-    slo: Annotated[str | None, typer.Option(help="e.g. ttft=300ms,tpot=50ms,e2el=5s")] = None,
-    percentiles: Annotated[str, typer.Option(help="Percentiles to report.")] = "50,90,95,99",
+    slo: Annotated[str | None, typer.Option(help="e.g. p99_ttft=300ms,median_tpot=50ms; a bare "
+                                                 "ttft=300ms (or vLLM's ttft:300) means P99 "
+                                                 "and also counts per request for goodput.")
+                   ] = None,
+    percentiles: Annotated[str, typer.Option(help="Percentiles to report, e.g. 50,99.9.")
+                           ] = "50,90,95,99",
     endpoint: Annotated[str, typer.Option(help="completions or chat")] = "completions",
     vocab_size: Annotated[int | None, typer.Option(
         help="Prompt token ids are drawn below this (default: the launched model's "
@@ -288,6 +278,7 @@ def bench(
     from sweetspot.backends.endpoint import run_endpoint
     from sweetspot.backends.loadgen import LoadConfig, check_server
     from sweetspot.metrics.run import measure
+    from sweetspot.metrics.slo import check_slos, parse_slos
     from sweetspot.spec.requests import sample_requests
 
     if endpoint not in ("completions", "chat"):
@@ -297,8 +288,8 @@ def bench(
     if ctx.args and not launch:
         raise SweetspotError(f"unexpected arguments: {' '.join(ctx.args)} (server options "
                              "go after --launch ... --)")
-    slos = _parse_slos(slo)
-    pcts = _parse_floats(percentiles, "percentiles")
+    slos = parse_slos(slo)  # checked before anything starts: a typo costs milliseconds
+    pcts = _percentiles(percentiles, slos.percentiles)
     wl = _override_arrivals(load_workload(workload), rate, concurrency, burstiness)
     config = LoadConfig(base_url=url or "", model=model or "", endpoint=endpoint,
                         max_concurrency=concurrency, timeout_s=timeout,
@@ -344,8 +335,13 @@ def bench(
     data: dict = {}
     measurement = None
     if run is not None:
-        measurement = measure(run, percentiles=pcts, slos=slos or None)
+        measurement = measure(run, percentiles=pcts, slos=slos.goodput_ms or None)
         data = measurement.to_dict()
+        checks = check_slos(slos, data)
+        if checks:
+            data["slos"] = {c.slo.key: {"limit_ms": c.slo.limit_ms, "measured_ms": c.measured_ms,
+                                        "met": c.met, "per_request": c.slo.per_request}
+                            for c in checks}
     if trial is not None:
         data["trial"] = trial.to_dict()
     data["sweetspot"] = {"url": url, "model": model, "workload": wl.name,
@@ -362,12 +358,31 @@ def bench(
             raise SweetspotError(f"cannot write {json_path}: {exc}") from None
     if measurement is not None:
         _print_result(measurement)
+        _print_slo_checks(data.get("slos") or {})
         _warn_bunched(data)
     if trial is not None:
         _print_trial(trial)
         if not trial.ok:
             return 1
     return 0 if measurement is not None and measurement.result.completed else 1
+
+
+def _percentiles(text: str, needed: tuple[float, ...] = ()) -> tuple[float, ...]:
+    """--percentiles, checked before the run, then any an SLO needs measured."""
+    pcts = _parse_floats(text, "percentiles")
+    if bad := [p for p in pcts if not 0 <= p <= 100]:
+        raise SweetspotError(f"bad percentiles {text!r}: each must be from 0 to 100, not "
+                             f"{bad[0]:g}")
+    return tuple(sorted(dict.fromkeys((*pcts, *needed))))
+
+
+def _print_slo_checks(checks: dict) -> None:
+    for key, c in checks.items():
+        measured = "not measured" if c["measured_ms"] is None else f"{c['measured_ms']:.2f} ms"
+        verdict = "met" if c["met"] else "MISSED"
+        goodput = ", and per request for goodput" if c["per_request"] else ""
+        _out.print(f"SLO {key.removesuffix('_ms')} <= {c['limit_ms']:g} ms{goodput}: "
+                   f"{verdict} ({measured})", markup=False)
 
 
 def _launch_backend(extra: list[str], vllm_python: str | None, template: str | None,
@@ -467,6 +482,8 @@ def _override_arrivals(wl, rate: str | None, concurrency: int | None, burstiness
 
 
 def _print_result(measurement) -> None:
+    from sweetspot.metrics.serve import percentile_word
+
     r = measurement.result
     table = Table(title="Serving Benchmark Result", show_header=False)
     table.add_column("metric")
@@ -483,11 +500,12 @@ def _print_result(measurement) -> None:
     ]
     if r.request_goodput is not None:
         rows.append(("Request goodput (req/s)", f"{r.request_goodput:.2f}"))
-    data = r.to_dict()
     for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL")):
+        stats = getattr(r, name)
         rows.append((f"Mean / median {label} (ms)",
-                     f"{data[f'mean_{name}_ms']:.2f} / {data[f'median_{name}_ms']:.2f}"))
-        rows.append((f"P99 {label} (ms)", f"{data.get(f'p99_{name}_ms', float('nan')):.2f}"))
+                     f"{stats.mean_ms:.2f} / {stats.median_ms:.2f}"))
+        for p, value in stats.percentiles_ms:  # the ones asked for, as vLLM names them
+            rows.append((f"P{percentile_word(p)} {label} (ms)", f"{value:.2f}"))
     rows.append(("Client lag mean / max (ms)",
                  f"{r.mean_client_lag_ms:.2f} / {r.max_client_lag_ms:.2f}"))
     server = measurement.server
@@ -730,7 +748,8 @@ def tune(
     num_requests: Annotated[int | None, typer.Option(
         min=4, help="Requests per run (default 300 simulated, 64 real).")] = None,
     slo: Annotated[str | None, typer.Option(
-        help="e.g. p99_ttft=300ms,p99_tpot=50ms (checked at the workload's own rate).")] = None,
+        help="e.g. p99_ttft=300ms,median_tpot=50ms; a bare ttft=300ms (or vLLM's ttft:300) "
+             "means P99 (checked at the workload's own rate).")] = None,
     space: Annotated[list[str] | None, typer.Option(
         "--space", help="knob=v1,v2,... replaces or adds a dimension; knob= drops it "
                         "(repeatable).")] = None,
