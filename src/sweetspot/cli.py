@@ -202,18 +202,24 @@ def _realtime_client(priority: str) -> bool:
     return priority == "realtime"
 
 
-_BUNCHED = ("the client or the API server was short of CPU, so TTFT, TPOT and ITL measure the "
+_BUNCHED = ("the client (or the API server) was short of CPU, so TTFT, TPOT and ITL measure the "
             "machine's scheduler, not the server; run the client on other cores, or with "
             "--client-priority realtime")
+
+
+def _bunched_words(data: dict) -> str:
+    from sweetspot.metrics.run import BURST_GAP_S
+
+    return (f"{data['bunched_itl_share']:.0%} of the gaps between a stream's chunks were under "
+            f"{BURST_GAP_S * 1e3:g} ms (chunks that waited, then were read at once)")
 
 
 def _warn_bunched(data: dict) -> None:
     from sweetspot.metrics.run import bunched_streams
 
     if bunched_streams(data):
-        _err.print(f"warning: the streams arrived in bursts (median ITL "
-                   f"{data['median_itl_ms']:.2f} ms, under half the mean TPOT "
-                   f"{data['mean_tpot_ms']:.2f} ms): {_BUNCHED}", markup=False)
+        _err.print(f"warning: the streams arrived in bursts: {_bunched_words(data)}: {_BUNCHED}",
+                   markup=False)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -702,9 +708,9 @@ def calibrate(
     for (label, data), obs in zip(loaded, observations, strict=True):
         if bunched_streams(data):
             kept = "its duration only" if obs.measured.get("duration") else "none of it"
-            _err.print(f"note: {Path(label).name}: its streams arrived in bursts (median ITL "
-                       f"{data['median_itl_ms']:.2f} ms, mean TPOT {data['mean_tpot_ms']:.2f} "
-                       f"ms; a client or server short of CPU): fitting {kept}", markup=False)
+            _err.print(f"note: {Path(label).name}: its streams arrived in bursts "
+                       f"({_bunched_words(data)}; a client or server short of CPU): fitting "
+                       f"{kept}", markup=False)
     observations = [obs for obs in observations if obs.measured]
     start = RooflineModel(setup.hardware, setup.arch, setup.quant)
 

@@ -149,7 +149,7 @@ class Evaluator:
             # Measured runs only: a simulated client is never starved, and a simulated
             # overload (stalls of preempted requests lift the mean TPOT) would read as bursts.
             if self.backend.name != "sim" and any(
-                    bunched_streams(m.result.to_dict()) for m in (capacity, traffic)):
+                    bunched_streams(m.to_dict()) for m in (capacity, traffic)):
                 facts["bunched_streams"] = True  # latencies of the client's scheduling
             for m in (capacity, traffic):
                 if m.server is not None:
