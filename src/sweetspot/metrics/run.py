@@ -15,18 +15,19 @@ from sweetspot.metrics.serve import BenchResult, compute_result
 __all__ = ["BUNCHED_SHARE", "BURST_GAP_S", "Measurement", "bunched_streams", "measure"]
 
 
-# Bunched streams. vLLM sends a stream one message per engine step, and a step takes
-# milliseconds, so two messages of one stream that reach the client under BURST_GAP_S apart
-# did not arrive as they were sent: they waited -- in the client's socket while it was not
-# scheduled, or in the API server's queue -- and were read in one go. A starved client reads a
-# whole answer at once; its TTFT then includes the decode and its TPOT reads near 0. Slow steps
-# do not look like this: a decode step stalled behind a long prefill makes one long gap, never a
-# short one. Each stream's first gap is left out: vLLM's chat stream sends the role message and
-# the first text back to back. From BUNCHED_SHARE of the gaps on, the run's latencies are the
+# Bunched streams. vLLM sends a stream one message per engine step, and a step takes a
+# millisecond or more (the shortest seen: ~1.2 ms, a 2-layer model at batch 1 on the CPU build),
+# so two messages of one stream that reach the client under BURST_GAP_S apart did not arrive as
+# they were sent: they waited -- in the client's socket while it was not scheduled, or in the API
+# server's queue -- and were read in one go, microseconds apart. A starved client reads a whole
+# answer at once; its TTFT then includes the decode and its TPOT reads near 0. Slow steps do not
+# look like this: a decode step stalled behind a long prefill makes one long gap, never a short
+# one. Each stream's first gap is left out: vLLM's chat stream sends the role message and the
+# first text back to back. From BUNCHED_SHARE of the gaps on, the run's latencies are the
 # machine's scheduling: a tenth of its decode arrived in bursts (starved runs on a 2-core VM
 # read 19-43 of 48 answers whole, benchmarks/RESULTS.md 2026-12-03), while a client that is
 # merely busy reads two messages at once now and then.
-BURST_GAP_S = 1e-3
+BURST_GAP_S = 0.5e-3
 BUNCHED_SHARE = 0.10
 
 

@@ -200,7 +200,7 @@ def test_a_starved_run_measuring_a_tiny_tpot_does_not_break_the_fit(
 
 
 def test_bunched_streams_keep_only_what_they_measured(tiny_dir: Path) -> None:
-    """Streams delivered in bursts (most chunk gaps under 1 ms): a rate-inf run keeps its
+    """Streams delivered in bursts (most chunk gaps under 0.5 ms): a rate-inf run keeps its
     duration, a closed loop -- whose next request waited for the late chunks -- nothing."""
     from sweetspot.backends.sim.calibration import observation_from_bench
     from sweetspot.metrics.run import bunched_streams
