@@ -184,6 +184,11 @@ def _parse_floats(text: str, what: str) -> tuple[float, ...]:
                              ) from None
 
 
+DummyWeightsOpt = Annotated[bool, typer.Option(
+    "--dummy-weights", help="Random weights (vLLM's --load-format dummy): the model folder "
+                            "needs only config.json and a tokenizer. For tests and speed checks; "
+                            "the model's own weights load by default, and speculative "
+                            "decoding's acceptance means nothing without them.")]
 ClientPriorityOpt = Annotated[str, typer.Option(
     "--client-priority", help="normal, or realtime: the load generator runs SCHED_FIFO (root or "
                               "CAP_SYS_NICE), so a CPU-build server on the same cores cannot "
@@ -243,6 +248,9 @@ def bench(
                       "VLLM_CPU_KVCACHE_SPACE=4.")] = None,
     keep_server: Annotated[bool, typer.Option("--keep-server", help="Leave the launched server "
                                               "running afterwards.")] = False,
+    dummy_weights: DummyWeightsOpt = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --launch: print the server "
+                                          "command and start nothing.")] = False,
     startup_timeout: Annotated[float, typer.Option(min=1, help="Seconds the launched server "
                                                           "may take to start.")] = 600.0,
     run_timeout: Annotated[float | None, typer.Option(min=1, help="Seconds the workload may "
@@ -294,6 +302,9 @@ def bench(
     if ctx.args and not launch:
         raise SweetspotError(f"unexpected arguments: {' '.join(ctx.args)} (server options "
                              "go after --launch ... --)")
+    if (dummy_weights or dry_run) and not launch:
+        raise SweetspotError(f"{'--dummy-weights' if dummy_weights else '--dry-run'} goes "
+                             "with --launch (a server that sweetspot starts)")
     slos = parse_slos(slo)  # checked before anything starts: a typo costs milliseconds
     pcts = _percentiles(percentiles, slos.percentiles)
     wl = _override_arrivals(load_workload(workload), rate, concurrency, burstiness)
@@ -305,7 +316,12 @@ def bench(
     if launch:
         backend, serve_args = _launch_backend(ctx.args, vllm_python, launch_template,
                                               vllm_version, server_env, startup_timeout,
-                                              run_timeout, trials_dir, warmup)
+                                              run_timeout, trials_dir, warmup, dummy_weights)
+        if dry_run:
+            _out.print(f"server command ({backend.weights(serve_args)} weights; --dry-run: "
+                       "not started, the port is picked at launch):", markup=False)
+            _out.print(_server_line(backend, serve_args), markup=False)
+            return 0
         model = backend.model_dir
         vocab_size = vocab_size or _model_vocab(Path(backend.model_dir)) or 32_000
         requests = sample_requests(wl, num_requests, seed=seed, vocab_size=vocab_size)
@@ -393,7 +409,8 @@ def _print_slo_checks(checks: dict) -> None:
 
 def _launch_backend(extra: list[str], vllm_python: str | None, template: str | None,
                     version: str | None, env_items: list[str] | None, startup_timeout: float,
-                    run_timeout: float | None, trials_dir: Path, warmup: int):
+                    run_timeout: float | None, trials_dir: Path, warmup: int,
+                    dummy_weights: bool = False):
     from sweetspot.backends.vllm import VllmBackend, split_serve_command
 
     model_dir, serve_args = split_serve_command(extra)
@@ -412,8 +429,20 @@ def _launch_backend(extra: list[str], vllm_python: str | None, template: str | N
     backend = VllmBackend(
         model_dir, trials_dir=trials_dir, python=python, template=template,
         vllm_version=parse_vllm_version(version) if version else None, env=env,
-        startup_timeout_s=startup_timeout, run_timeout_s=run_timeout, warmup_requests=warmup)
+        startup_timeout_s=startup_timeout, run_timeout_s=run_timeout, warmup_requests=warmup,
+        dummy_weights=dummy_weights)
     return backend, serve_args
+
+
+def _server_line(backend, args) -> str:
+    """The exact command, runnable in a shell: the environment sweetspot sets, then argv."""
+    import shlex
+
+    from sweetspot.backends.vllm.server import DEFAULT_ENV
+
+    env = {**{k: os.environ.get(k, v) for k, v in DEFAULT_ENV.items()}, **backend.env}
+    return shlex.join(["env", *(f"{k}={v}" for k, v in env.items()),
+                       *backend.server_command(args)])
 
 
 def _model_vocab(folder: Path) -> int | None:
@@ -433,6 +462,8 @@ def _print_trial(trial) -> None:
         return "-" if value is None else f"{value:.1f}"
 
     rows = [("Trial status", trial.status), ("vLLM", trial.vllm_version or "-"),
+            ("Weights", {"dummy": "dummy (random: --dummy-weights)"}.get(trial.weights or "",
+                                                                       trial.weights or "-")),
             ("Check / start-up / warm-up / workload / teardown (s)",
              " / ".join(seconds(v) for v in (t.check_s, t.startup_s, t.warmup_s,
                                               t.workload_s, t.teardown_s))),
@@ -801,6 +832,10 @@ def tune(
     trials_dir: Annotated[Path, typer.Option(help="Launched servers' logs.")] = Path(
         ".sweetspot/trials"),
     client_priority: ClientPriorityOpt = "normal",
+    dummy_weights: DummyWeightsOpt = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Backend vllm: print the baseline's server command and the first "
+                          "sweep's (each knob changed alone), start nothing.")] = False,
 ) -> int:
     """Find the best configuration: search the space on the simulator (default) or real vLLM,
     print four picks (max throughput, low latency, memory-limited, balanced) with commands,
@@ -836,7 +871,10 @@ def tune(
                                  num_requests, slo, baseline, strategy, objective, trials,
                                  time_budget, confirm, memory_gib, seed, calibration,
                                  study_name, vllm_python, launch_template, tokenizer,
-                                 server_env, server_args, trials_dir, url, client_priority)
+                                 server_env, server_args, trials_dir, url, client_priority,
+                                 dummy_weights)
+    if dry_run:
+        return _print_tune_commands(settings, changes)
     budget = settings.trials
     started = _time.monotonic()
     with Progress("[progress.description]{task.description}", BarColumn(),
@@ -866,7 +904,8 @@ def tune(
 def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_requests, slo,
                   baseline, strategy, objective, trials, time_budget, confirm, memory_gib,
                   seed, calibration, study_name, vllm_python, launch_template, tokenizer,
-                  server_env, server_args, trials_dir, url=None, client_priority="normal"):
+                  server_env, server_args, trials_dir, url=None, client_priority="normal",
+                  dummy_weights=False):
     import shlex
     import time as _time
 
@@ -877,6 +916,9 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
 
     if backend not in ("sim", "vllm", "endpoint"):
         raise SweetspotError(f"--backend must be sim, vllm or endpoint, not {backend!r}")
+    if dummy_weights and backend != "vllm":
+        raise SweetspotError("--dummy-weights goes with --backend vllm (servers that sweetspot "
+                             "starts)")
     if (backend == "endpoint") != (url is not None):
         raise SweetspotError("--url goes with --backend endpoint (a running server), and "
                              "--backend endpoint needs --url")
@@ -927,6 +969,11 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
                 or sys.executable, "template": launch_template, "tokenizer": tokenizer,
                 "env": env, "trials_dir": str(trials_dir),
                 "args": shlex.split(server_args or "")}
+        if dummy_weights:  # an option of every server, so a resumed study keeps it
+            from sweetspot.backends.vllm.server import DUMMY_WEIGHTS
+
+            vllm["args"] += DUMMY_WEIGHTS
+            vllm["dummy_weights"] = True
     if backend == "endpoint":
         vllm = {"url": url}
     if client_priority == "realtime" and backend == "sim":
@@ -947,6 +994,61 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
         backend=backend, vllm=vllm, calibration=str(calibration) if calibration else None)
 
 
+def _print_tune_commands(settings, changes: dict) -> int:
+    """--dry-run: the exact server commands of the baseline and of the first sweep (each knob
+    of the space changed alone from the baseline: what ofat and auto run first; grid and
+    optuna combine the same values), built by the study's own backend. Nothing starts."""
+    from sweetspot.backends.sim import SimSetup
+    from sweetspot.engine.validate import validate_config
+    from sweetspot.spec.knobs import ServingConfig
+    from sweetspot.spec.model import load_model
+    from sweetspot.spec.workload import validate_workload
+    from sweetspot.tune.space import value_label
+    from sweetspot.tune.study import _backend, resolve_space_and_baseline
+    from sweetspot.tune.tuner import config_from_json
+
+    if settings.backend != "vllm":
+        raise SweetspotError("--dry-run prints the servers that --backend vllm would start; "
+                             f"backend {settings.backend} starts none")
+    version = parse_vllm_version(settings.vllm_version)
+    hardware = load_hardware(settings.gpu)
+    resolved = load_model(settings.model)
+    quant = (load_quantization(settings.quant) if settings.quant
+             else resolved.quantization or resolved.arch.default_quantization())
+    workload = validate_workload(settings.workload, "the study's workload")
+    space, baseline = resolve_space_and_baseline(
+        settings.space or None, changes, config_from_json(settings.baseline), version,
+        hardware, resolved.arch, workload)
+    backend = _backend(settings, SimSetup(hardware, resolved.arch, quant, ServingConfig(),
+                                          version), settings.model, baseline)
+
+    def show(label: str, config) -> None:
+        refused = [p.message for p in validate_config(config, backend.version, hardware)
+                   if p.severity == "error"]
+        _out.print(f"{label}:", markup=False)
+        if refused:
+            _out.print(f"  (not started: {refused[0]})", markup=False)
+        else:
+            _out.print(f"  {_server_line(backend, backend.config_args(config))}", markup=False)
+
+    args = backend.config_args(baseline)
+    _out.print(f"sweetspot tune --dry-run: study {settings.name}, vLLM {backend.version}, "
+               f"{backend.weights(args)} weights; nothing started (each server's port is "
+               "picked at launch)", markup=False)
+    show("baseline", baseline)
+    if settings.strategy == "rate":
+        return 0
+    _out.print(f"the first sweep (strategy {settings.strategy}; the space: "
+               + "; ".join(f"{d.knob} {', '.join(d.labels)}" for d in space.dimensions) + ")",
+               markup=False)
+    for dim in space.dimensions:
+        current = getattr(baseline, dim.knob)
+        for value in dim.values:
+            if value != current:
+                show(f"{dim.knob}={value_label(value)}", baseline.replace(**{dim.knob: value}))
+    return 0
+
+
 def _parse_duration(text: str) -> float:
     value = text.strip().lower()
     scale = {"s": 1, "m": 60, "h": 3600}.get(value[-1:])
@@ -960,11 +1062,17 @@ def _parse_duration(text: str) -> float:
 
 
 def _print_study(data: dict, elapsed_s: float) -> None:
+    from sweetspot.backends.vllm.server import weights_of
+
     rows = data["trials"]
     failed = sum(r["status"] != "ok" for r in rows)
+    backend = data["backend"]
+    if backend == "vllm":  # which weights the trials ran on: the servers' own options say
+        args = ((data.get("settings") or {}).get("vllm") or {}).get("args") or ()
+        backend += f" ({weights_of(args)} weights)"
     _out.print(f"sweetspot tune: study {data['study']} — {data['model']} on {data['gpu']}, "
                f"vLLM {data['vllm_version']}, workload {data['workload']!r}, backend "
-               f"{data['backend']}: {len(rows)} trials ({failed} failed) in {elapsed_s:.1f} s",
+               f"{backend}: {len(rows)} trials ({failed} failed) in {elapsed_s:.1f} s",
                markup=False)
     if data["slos"]:
         _out.print("SLOs: " + ", ".join(f"{k} <= {v:g} ms" for k, v in data["slos"].items()),
@@ -1149,6 +1257,8 @@ def make_model(
     _out.print(f"tokenizer: {tiny.tokenizer_dir}", markup=False)
     _out.print(f"serve it:  python -m vllm.entrypoints.openai.api_server --model {tiny.model_dir} "
                f"--tokenizer {tiny.tokenizer_dir} --load-format dummy", markup=False)
+    _out.print(f"bench it:  sweetspot bench --launch --dummy-weights -- {tiny.model_dir} "
+               f"--tokenizer {tiny.tokenizer_dir}", markup=False)
     return 0
 
 
