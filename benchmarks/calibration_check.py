@@ -7,7 +7,7 @@ comparing where sweetspot's full install is:
     # where vLLM runs: servers of max-num-seqs 4, 16, 64 side by side, the calibration profile
     # on the 64 server and measured runs on all three, interleaved round-robin
     python benchmarks/calibration_check.py measure --vllm-python PY --model DIR --tokenizer DIR \
-        --out DIR [--round 0] [--server-args "--enforce-eager ..."]
+        --out DIR [--round 0] [--server-args "--enforce-eager ..."] [--dummy-weights]
 
     # anywhere: `sweetspot calibrate` on the profile runs, `sweetspot simulate --calibration`
     # for every measured run, medians compared
@@ -77,7 +77,7 @@ def measure(opts: argparse.Namespace) -> None:
             servers[seqs] = stack.enter_context(launch_server(
                 opts.vllm_python, opts.model, tokenizer_dir=opts.tokenizer,
                 args=(*shlex.split(opts.server_args), "--max-num-seqs", str(seqs)),
-                log_path=out / f"vllm{seqs}-r{r}.log"))
+                log_path=out / f"vllm{seqs}-r{r}.log", dummy_weights=opts.dummy_weights))
             print(f"server max-num-seqs {seqs} up in {time.monotonic() - began:.0f} s",
                   flush=True)
         for seqs, server in servers.items():  # a fresh server's first batches run slower
@@ -184,6 +184,8 @@ def main() -> None:
     m.add_argument("--out", required=True)
     m.add_argument("--round", type=int, default=0)
     m.add_argument("--server-args", default="--enforce-eager")
+    m.add_argument("--dummy-weights", action="store_true",
+                   help="random weights (--load-format dummy), for a model folder without them")
     m.add_argument("--seqs", default="4,16,64")
     m.add_argument("--calibration-seqs", type=int, default=64)
     m.add_argument("--runs", default="inf:48:3,1:24:1,2:32:1",

@@ -74,7 +74,7 @@ def main() -> None:
         workload.write_text(json.dumps(WORKLOAD))
         with launch_server(python, tiny.model_dir, tokenizer_dir=tiny.tokenizer_dir,
                            args=("--enforce-eager", "--max-num-seqs", "64"),
-                           log_path=tmp_path / "vllm.log") as server:
+                           log_path=tmp_path / "vllm.log", dummy_weights=True) as server:
             worker = worker_cpus(server.pid)
             off = os.sched_getaffinity(0) - worker
             if not worker or not off:

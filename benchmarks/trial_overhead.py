@@ -37,7 +37,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tiny = make_tiny_model(Path(tmp) / "tiny")
         backend = VllmBackend(tiny.model_dir, tokenizer_dir=tiny.tokenizer_dir,
-                              trials_dir=Path(tmp) / "trials", python=python)
+                              trials_dir=Path(tmp) / "trials", python=python,
+                              dummy_weights=True)
         requests = sample_requests(validate_workload(WORKLOAD, "overhead"), args.requests, seed=0,
                                    vocab_size=4096)
         for i in range(args.trials):

@@ -32,8 +32,8 @@ JSON
 
 for mns in $MNS; do
     echo "== max-num-seqs $mns"
-    "$PY" -m sweetspot.cli bench --launch --vllm-python "$PY" --workload "$OUT/workload.json" \
-        --num-requests "$N" --rate inf --seed "$mns" --trials-dir "$OUT/trials" \
+    "$PY" -m sweetspot.cli bench --launch --dummy-weights --vllm-python "$PY" \
+        --workload "$OUT/workload.json" --num-requests "$N" --rate inf --seed "$mns" --trials-dir "$OUT/trials" \
         --json "$OUT/mns-$mns.json" -- "$MODEL/model" --tokenizer "$MODEL/tokenizer" \
         --max-model-len 4096 --max-num-seqs "$mns" || echo "trial exit $?"
 done

@@ -177,20 +177,6 @@ def _advice_dict(advice) -> dict:
     }
 
 
-def _parse_slos(text: str | None) -> dict[str, float]:
-    """``ttft=300,tpot=50ms,e2el=2s`` -> milliseconds per metric."""
-    slos: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in (text or "").split(","))):
-        name, _, value = part.partition("=")
-        value = value.strip().lower()
-        scale = 1000.0 if value.endswith("s") and not value.endswith("ms") else 1.0
-        try:
-            slos[name.strip()] = float(value.removesuffix("ms").removesuffix("s")) * scale
-        except ValueError:
-            raise SweetspotError(f"bad SLO {part!r}: expected e.g. ttft=300ms") from None
-    return slos
-
-
 def _parse_floats(text: str, what: str) -> tuple[float, ...]:
     try:
         return tuple(float(p) for p in text.split(",") if p.strip())
@@ -199,6 +185,11 @@ def _parse_floats(text: str, what: str) -> tuple[float, ...]:
                              ) from None
 
 
+DummyWeightsOpt = Annotated[bool, typer.Option(
+    "--dummy-weights", help="Random weights (vLLM's --load-format dummy): the model folder "
+                            "needs only config.json and a tokenizer. For tests and speed checks; "
+                            "the model's own weights load by default, and speculative "
+                            "decoding's acceptance means nothing without them.")]
 ClientPriorityOpt = Annotated[str, typer.Option(
     "--client-priority", help="normal, or realtime: the load generator runs SCHED_FIFO (root or "
                               "CAP_SYS_NICE), so a CPU-build server on the same cores cannot "
@@ -217,18 +208,24 @@ def _realtime_client(priority: str) -> bool:
     return priority == "realtime"
 
 
-_BUNCHED = ("the client or the API server was short of CPU, so TTFT, TPOT and ITL measure the "
+_BUNCHED = ("the client (or the API server) was short of CPU, so TTFT, TPOT and ITL measure the "
             "machine's scheduler, not the server; run the client on other cores, or with "
             "--client-priority realtime")
+
+
+def _bunched_words(data: dict) -> str:
+    from sweetspot.metrics.run import BURST_GAP_S
+
+    return (f"{data['bunched_itl_share']:.0%} of the gaps between a stream's chunks were under "
+            f"{BURST_GAP_S * 1e3:g} ms (chunks that waited, then were read at once)")
 
 
 def _warn_bunched(data: dict) -> None:
     from sweetspot.metrics.run import bunched_streams
 
     if bunched_streams(data):
-        _err.print(f"warning: the streams arrived in bursts (median ITL "
-                   f"{data['median_itl_ms']:.2f} ms, under half the mean TPOT "
-                   f"{data['mean_tpot_ms']:.2f} ms): {_BUNCHED}", markup=False)
+        _err.print(f"warning: the streams arrived in bursts: {_bunched_words(data)}: {_BUNCHED}",
+                   markup=False)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -252,6 +249,9 @@ def bench(
                       "VLLM_CPU_KVCACHE_SPACE=4.")] = None,
     keep_server: Annotated[bool, typer.Option("--keep-server", help="Leave the launched server "
                                               "running afterwards.")] = False,
+    dummy_weights: DummyWeightsOpt = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --launch: print the server "
+                                          "command and start nothing.")] = False,
     startup_timeout: Annotated[float, typer.Option(min=1, help="Seconds the launched server "
                                                           "may take to start.")] = 600.0,
     run_timeout: Annotated[float | None, typer.Option(min=1, help="Seconds the workload may "
@@ -266,8 +266,12 @@ def bench(
     concurrency: Annotated[int | None, typer.Option(min=1, help="Most requests in flight; "
                                                          "alone it means a closed loop.")] = None,
     burstiness: Annotated[float, typer.Option(min=0.01)] = 1.0,
-    slo: Annotated[str | None, typer.Option(help="e.g. ttft=300ms,tpot=50ms,e2el=5s")] = None,
-    percentiles: Annotated[str, typer.Option(help="Percentiles to report.")] = "50,90,95,99",
+    slo: Annotated[str | None, typer.Option(help="e.g. p99_ttft=300ms,median_tpot=50ms; a bare "
+                                                 "ttft=300ms (or vLLM's ttft:300) means P99 "
+                                                 "and also counts per request for goodput.")
+                   ] = None,
+    percentiles: Annotated[str, typer.Option(help="Percentiles to report, e.g. 50,99.9.")
+                           ] = "50,90,95,99",
     endpoint: Annotated[str, typer.Option(help="completions or chat")] = "completions",
     vocab_size: Annotated[int | None, typer.Option(
         help="Prompt token ids are drawn below this (default: the launched model's "
@@ -289,6 +293,7 @@ def bench(
     from sweetspot.backends.endpoint import run_endpoint
     from sweetspot.backends.loadgen import LoadConfig, check_server
     from sweetspot.metrics.run import measure
+    from sweetspot.metrics.slo import check_slos, parse_slos
     from sweetspot.spec.requests import sample_requests
 
     if endpoint not in ("completions", "chat"):
@@ -298,8 +303,11 @@ def bench(
     if ctx.args and not launch:
         raise SweetspotError(f"unexpected arguments: {' '.join(ctx.args)} (server options "
                              "go after --launch ... --)")
-    slos = _parse_slos(slo)
-    pcts = _parse_floats(percentiles, "percentiles")
+    if (dummy_weights or dry_run) and not launch:
+        raise SweetspotError(f"{'--dummy-weights' if dummy_weights else '--dry-run'} goes "
+                             "with --launch (a server that sweetspot starts)")
+    slos = parse_slos(slo)  # checked before anything starts: a typo costs milliseconds
+    pcts = _percentiles(percentiles, slos.percentiles)
     wl = _override_arrivals(load_workload(workload), rate, concurrency, burstiness)
     config = LoadConfig(base_url=url or "", model=model or "", endpoint=endpoint,
                         max_concurrency=concurrency, timeout_s=timeout,
@@ -309,7 +317,12 @@ def bench(
     if launch:
         backend, serve_args = _launch_backend(ctx.args, vllm_python, launch_template,
                                               vllm_version, server_env, startup_timeout,
-                                              run_timeout, trials_dir, warmup)
+                                              run_timeout, trials_dir, warmup, dummy_weights)
+        if dry_run:
+            _out.print(f"server command ({backend.weights(serve_args)} weights; --dry-run: "
+                       "not started, the port is picked at launch):", markup=False)
+            _out.print(_server_line(backend, serve_args), markup=False)
+            return 0
         model = backend.model_dir
         vocab_size = vocab_size or _model_vocab(Path(backend.model_dir)) or 32_000
         requests = sample_requests(wl, num_requests, seed=seed, vocab_size=vocab_size)
@@ -345,8 +358,13 @@ def bench(
     data: dict = {}
     measurement = None
     if run is not None:
-        measurement = measure(run, percentiles=pcts, slos=slos or None)
+        measurement = measure(run, percentiles=pcts, slos=slos.goodput_ms or None)
         data = measurement.to_dict()
+        checks = check_slos(slos, data)
+        if checks:
+            data["slos"] = {c.slo.key: {"limit_ms": c.slo.limit_ms, "measured_ms": c.measured_ms,
+                                        "met": c.met, "per_request": c.slo.per_request}
+                            for c in checks}
     if trial is not None:
         data["trial"] = trial.to_dict()
     data["sweetspot"] = {"url": url, "model": model, "workload": wl.name,
@@ -363,6 +381,7 @@ def bench(
             raise SweetspotError(f"cannot write {json_path}: {exc}") from None
     if measurement is not None:
         _print_result(measurement)
+        _print_slo_checks(data.get("slos") or {})
         _warn_bunched(data)
     if trial is not None:
         _print_trial(trial)
@@ -371,9 +390,28 @@ def bench(
     return 0 if measurement is not None and measurement.result.completed else 1
 
 
+def _percentiles(text: str, needed: tuple[float, ...] = ()) -> tuple[float, ...]:
+    """--percentiles, checked before the run, then any an SLO needs measured."""
+    pcts = _parse_floats(text, "percentiles")
+    if bad := [p for p in pcts if not 0 <= p <= 100]:
+        raise SweetspotError(f"bad percentiles {text!r}: each must be from 0 to 100, not "
+                             f"{bad[0]:g}")
+    return tuple(sorted(dict.fromkeys((*pcts, *needed))))
+
+
+def _print_slo_checks(checks: dict) -> None:
+    for key, c in checks.items():
+        measured = "not measured" if c["measured_ms"] is None else f"{c['measured_ms']:.2f} ms"
+        verdict = "met" if c["met"] else "MISSED"
+        goodput = ", and per request for goodput" if c["per_request"] else ""
+        _out.print(f"SLO {key.removesuffix('_ms')} <= {c['limit_ms']:g} ms{goodput}: "
+                   f"{verdict} ({measured})", markup=False)
+
+
 def _launch_backend(extra: list[str], vllm_python: str | None, template: str | None,
                     version: str | None, env_items: list[str] | None, startup_timeout: float,
-                    run_timeout: float | None, trials_dir: Path, warmup: int):
+                    run_timeout: float | None, trials_dir: Path, warmup: int,
+                    dummy_weights: bool = False):
     from sweetspot.backends.vllm import VllmBackend, split_serve_command
 
     model_dir, serve_args = split_serve_command(extra)
@@ -392,8 +430,20 @@ def _launch_backend(extra: list[str], vllm_python: str | None, template: str | N
     backend = VllmBackend(
         model_dir, trials_dir=trials_dir, python=python, template=template,
         vllm_version=parse_vllm_version(version) if version else None, env=env,
-        startup_timeout_s=startup_timeout, run_timeout_s=run_timeout, warmup_requests=warmup)
+        startup_timeout_s=startup_timeout, run_timeout_s=run_timeout, warmup_requests=warmup,
+        dummy_weights=dummy_weights)
     return backend, serve_args
+
+
+def _server_line(backend, args) -> str:
+    """The exact command, runnable in a shell: the environment sweetspot sets, then argv."""
+    import shlex
+
+    from sweetspot.backends.vllm.server import DEFAULT_ENV
+
+    env = {**{k: os.environ.get(k, v) for k, v in DEFAULT_ENV.items()}, **backend.env}
+    return shlex.join(["env", *(f"{k}={v}" for k, v in env.items()),
+                       *backend.server_command(args)])
 
 
 def _model_vocab(folder: Path) -> int | None:
@@ -413,6 +463,8 @@ def _print_trial(trial) -> None:
         return "-" if value is None else f"{value:.1f}"
 
     rows = [("Trial status", trial.status), ("vLLM", trial.vllm_version or "-"),
+            ("Weights", {"dummy": "dummy (random: --dummy-weights)"}.get(trial.weights or "",
+                                                                       trial.weights or "-")),
             ("Check / start-up / warm-up / workload / teardown (s)",
              " / ".join(seconds(v) for v in (t.check_s, t.startup_s, t.warmup_s,
                                               t.workload_s, t.teardown_s))),
@@ -468,6 +520,8 @@ def _override_arrivals(wl, rate: str | None, concurrency: int | None, burstiness
 
 
 def _print_result(measurement) -> None:
+    from sweetspot.metrics.serve import percentile_word
+
     r = measurement.result
     table = Table(title="Serving Benchmark Result", show_header=False)
     table.add_column("metric")
@@ -484,11 +538,12 @@ def _print_result(measurement) -> None:
     ]
     if r.request_goodput is not None:
         rows.append(("Request goodput (req/s)", f"{r.request_goodput:.2f}"))
-    data = r.to_dict()
     for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL")):
+        stats = getattr(r, name)
         rows.append((f"Mean / median {label} (ms)",
-                     f"{data[f'mean_{name}_ms']:.2f} / {data[f'median_{name}_ms']:.2f}"))
-        rows.append((f"P99 {label} (ms)", f"{data.get(f'p99_{name}_ms', float('nan')):.2f}"))
+                     f"{stats.mean_ms:.2f} / {stats.median_ms:.2f}"))
+        for p, value in stats.percentiles_ms:  # the ones asked for, as vLLM names them
+            rows.append((f"P{percentile_word(p)} {label} (ms)", f"{value:.2f}"))
     rows.append(("Client lag mean / max (ms)",
                  f"{r.mean_client_lag_ms:.2f} / {r.max_client_lag_ms:.2f}"))
     server = measurement.server
@@ -685,9 +740,9 @@ def calibrate(
     for (label, data), obs in zip(loaded, observations, strict=True):
         if bunched_streams(data):
             kept = "its duration only" if obs.measured.get("duration") else "none of it"
-            _err.print(f"note: {Path(label).name}: its streams arrived in bursts (median ITL "
-                       f"{data['median_itl_ms']:.2f} ms, mean TPOT {data['mean_tpot_ms']:.2f} "
-                       f"ms; a client or server short of CPU): fitting {kept}", markup=False)
+            _err.print(f"note: {Path(label).name}: its streams arrived in bursts "
+                       f"({_bunched_words(data)}; a client or server short of CPU): fitting "
+                       f"{kept}", markup=False)
     observations = [obs for obs in observations if obs.measured]
     start = RooflineModel(setup.hardware, setup.arch, setup.quant)
 
@@ -740,7 +795,8 @@ def tune(
     num_requests: Annotated[int | None, typer.Option(
         min=4, help="Requests per run (default 300 simulated, 64 real).")] = None,
     slo: Annotated[str | None, typer.Option(
-        help="e.g. p99_ttft=300ms,p99_tpot=50ms (checked at the workload's own rate).")] = None,
+        help="e.g. p99_ttft=300ms,median_tpot=50ms; a bare ttft=300ms (or vLLM's ttft:300) "
+             "means P99 (checked at the workload's own rate).")] = None,
     space: Annotated[list[str] | None, typer.Option(
         "--space", help="knob=v1,v2,... replaces or adds a dimension; knob= drops it "
                         "(repeatable).")] = None,
@@ -787,6 +843,10 @@ def tune(
     trials_dir: Annotated[Path, typer.Option(help="Launched servers' logs.")] = Path(
         ".sweetspot/trials"),
     client_priority: ClientPriorityOpt = "normal",
+    dummy_weights: DummyWeightsOpt = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Backend vllm: print the baseline's server command and the first "
+                          "sweep's (each knob changed alone), start nothing.")] = False,
 ) -> int:
     """Find the best configuration: search the space on the simulator (default) or real vLLM,
     print four picks (max throughput, low latency, memory-limited, balanced) with commands,
@@ -823,7 +883,9 @@ def tune(
                                  time_budget, confirm, memory_gib, seed, calibration,
                                  study_name, vllm_python, launch_template, tokenizer,
                                  server_env, server_args, trials_dir, url, client_priority,
-                                 rate=rate, acceptance=acceptance)
+                                 dummy_weights, rate=rate, acceptance=acceptance)
+    if dry_run:
+        return _print_tune_commands(settings, changes)
     budget = settings.trials
     started = _time.monotonic()
     with Progress("[progress.description]{task.description}", BarColumn(),
@@ -854,7 +916,7 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
                   baseline, strategy, objective, trials, time_budget, confirm, memory_gib,
                   seed, calibration, study_name, vllm_python, launch_template, tokenizer,
                   server_env, server_args, trials_dir, url=None, client_priority="normal",
-                  rate=None, acceptance=None):
+                  dummy_weights=False, rate=None, acceptance=None):
     import shlex
     import time as _time
 
@@ -865,6 +927,9 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
 
     if backend not in ("sim", "vllm", "endpoint"):
         raise SweetspotError(f"--backend must be sim, vllm or endpoint, not {backend!r}")
+    if dummy_weights and backend != "vllm":
+        raise SweetspotError("--dummy-weights goes with --backend vllm (servers that sweetspot "
+                             "starts)")
     if (backend == "endpoint") != (url is not None):
         raise SweetspotError("--url goes with --backend endpoint (a running server), and "
                              "--backend endpoint needs --url")
@@ -925,6 +990,11 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
                 or sys.executable, "template": launch_template, "tokenizer": tokenizer,
                 "env": env, "trials_dir": str(trials_dir),
                 "args": shlex.split(server_args or "")}
+        if dummy_weights:  # an option of every server, so a resumed study keeps it
+            from sweetspot.backends.vllm.server import DUMMY_WEIGHTS
+
+            vllm["args"] += DUMMY_WEIGHTS
+            vllm["dummy_weights"] = True
     if backend == "endpoint":
         vllm = {"url": url}
     if client_priority == "realtime" and backend == "sim":
@@ -980,6 +1050,61 @@ def _parse_rate(text: str | None) -> float | str | None:
     return value
 
 
+def _print_tune_commands(settings, changes: dict) -> int:
+    """--dry-run: the exact server commands of the baseline and of the first sweep (each knob
+    of the space changed alone from the baseline: what ofat and auto run first; grid and
+    optuna combine the same values), built by the study's own backend. Nothing starts."""
+    from sweetspot.backends.sim import SimSetup
+    from sweetspot.engine.validate import validate_config
+    from sweetspot.spec.knobs import ServingConfig
+    from sweetspot.spec.model import load_model
+    from sweetspot.spec.workload import validate_workload
+    from sweetspot.tune.space import value_label
+    from sweetspot.tune.study import _backend, resolve_space_and_baseline
+    from sweetspot.tune.tuner import config_from_json
+
+    if settings.backend != "vllm":
+        raise SweetspotError("--dry-run prints the servers that --backend vllm would start; "
+                             f"backend {settings.backend} starts none")
+    version = parse_vllm_version(settings.vllm_version)
+    hardware = load_hardware(settings.gpu)
+    resolved = load_model(settings.model)
+    quant = (load_quantization(settings.quant) if settings.quant
+             else resolved.quantization or resolved.arch.default_quantization())
+    workload = validate_workload(settings.workload, "the study's workload")
+    space, baseline = resolve_space_and_baseline(
+        settings.space or None, changes, config_from_json(settings.baseline), version,
+        hardware, resolved.arch, workload)
+    backend = _backend(settings, SimSetup(hardware, resolved.arch, quant, ServingConfig(),
+                                          version), settings.model, baseline)
+
+    def show(label: str, config) -> None:
+        refused = [p.message for p in validate_config(config, backend.version, hardware)
+                   if p.severity == "error"]
+        _out.print(f"{label}:", markup=False)
+        if refused:
+            _out.print(f"  (not started: {refused[0]})", markup=False)
+        else:
+            _out.print(f"  {_server_line(backend, backend.config_args(config))}", markup=False)
+
+    args = backend.config_args(baseline)
+    _out.print(f"sweetspot tune --dry-run: study {settings.name}, vLLM {backend.version}, "
+               f"{backend.weights(args)} weights; nothing started (each server's port is "
+               "picked at launch)", markup=False)
+    show("baseline", baseline)
+    if settings.strategy == "rate":
+        return 0
+    _out.print(f"the first sweep (strategy {settings.strategy}; the space: "
+               + "; ".join(f"{d.knob} {', '.join(d.labels)}" for d in space.dimensions) + ")",
+               markup=False)
+    for dim in space.dimensions:
+        current = getattr(baseline, dim.knob)
+        for value in dim.values:
+            if value != current:
+                show(f"{dim.knob}={value_label(value)}", baseline.replace(**{dim.knob: value}))
+    return 0
+
+
 def _parse_duration(text: str) -> float:
     value = text.strip().lower()
     scale = {"s": 1, "m": 60, "h": 3600}.get(value[-1:])
@@ -993,11 +1118,17 @@ def _parse_duration(text: str) -> float:
 
 
 def _print_study(data: dict, elapsed_s: float) -> None:
+    from sweetspot.backends.vllm.server import weights_of
+
     rows = data["trials"]
     failed = sum(r["status"] != "ok" for r in rows)
+    backend = data["backend"]
+    if backend == "vllm":  # which weights the trials ran on: the servers' own options say
+        args = ((data.get("settings") or {}).get("vllm") or {}).get("args") or ()
+        backend += f" ({weights_of(args)} weights)"
     _out.print(f"sweetspot tune: study {data['study']} — {data['model']} on {data['gpu']}, "
                f"vLLM {data['vllm_version']}, workload {data['workload']!r}, backend "
-               f"{data['backend']}: {len(rows)} trials ({failed} failed) in {elapsed_s:.1f} s",
+               f"{backend}: {len(rows)} trials ({failed} failed) in {elapsed_s:.1f} s",
                markup=False)
     if data["slos"]:
         _out.print("SLOs: " + ", ".join(f"{k} <= {v:g} ms" for k, v in data["slos"].items()),
@@ -1189,6 +1320,8 @@ def make_model(
     _out.print(f"tokenizer: {tiny.tokenizer_dir}", markup=False)
     _out.print(f"serve it:  python -m vllm.entrypoints.openai.api_server --model {tiny.model_dir} "
                f"--tokenizer {tiny.tokenizer_dir} --load-format dummy", markup=False)
+    _out.print(f"bench it:  sweetspot bench --launch --dummy-weights -- {tiny.model_dir} "
+               f"--tokenizer {tiny.tokenizer_dir}", markup=False)
     return 0
 
 

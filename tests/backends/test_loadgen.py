@@ -123,6 +123,44 @@ def test_bench_cli_failures(tmp_path, workload_file):
     assert slo.returncode == 2 and "bad SLO" in slo.stderr
 
 
+@pytest.mark.parametrize("slo", ["p99_latency=1s", "ttft=fast", "p99_ttft:300", "p101_ttft=1"])
+def test_a_bad_slo_fails_before_any_request_or_server(tmp_path, slo):
+    """Checked before the server is reached (nothing listens at port 9: reaching it would be a
+    different error) or started (the template would leave a file)."""
+    url = run_cli("bench", "--url", "http://127.0.0.1:9", "--slo", slo)
+    marker = tmp_path / "started"
+    launch = run_cli("bench", "--launch", "--launch-template", f"touch {marker}",
+                     "--vllm-version", "0.32.0", "--trials-dir", str(tmp_path / "trials"),
+                     "--slo", slo, "--", "m")
+    for done in (url, launch):
+        assert done.returncode == 2
+        assert done.stderr.startswith("error: bad SLO") and len(done.stderr.splitlines()) == 1
+    assert not marker.exists() and not (tmp_path / "trials").exists()
+    pct = run_cli("bench", "--url", "http://127.0.0.1:9", "--percentiles", "50,101")
+    assert pct.returncode == 2 and "from 0 to 100" in pct.stderr
+
+
+def test_bench_takes_every_slo_spelling_and_any_percentiles(tmp_path, workload_file):
+    """P99.9 is printed with its value (not "P99 nan"); a percentile-qualified SLO is checked on
+    the run, a bare or vLLM-style one also counts per request for goodput."""
+    out = tmp_path / "r.json"
+    with start_mock_server(MockServerConfig(ttft_s=0.01, itl_s=0.002)) as url:
+        done = run_cli("bench", "--url", url, "--workload", str(workload_file),
+                       "--num-requests", "20", "--rate", "inf", "--percentiles", "50,99.9",
+                       "--slo", "p99_ttft=5s,tpot=1s e2el:60000,p99.9_itl=1ms", "--json",
+                       str(out))
+    assert done.returncode == 0, done.stderr
+    assert "P99.9 TTFT (ms)" in done.stdout and "P50 E2EL (ms)" in done.stdout
+    assert "nan" not in done.stdout
+    data = json.loads(out.read_text())
+    assert data["p99.9_ttft_ms"] > 0 and "p99_ttft_ms" in data  # an SLO needs P99 measured
+    assert data["goodput_slos_ms"] == {"tpot": 1000.0, "e2el": 60000.0}
+    assert data["request_goodput"] == pytest.approx(data["request_throughput"])
+    assert {k: v["met"] for k, v in data["slos"].items()} == {
+        "p99_ttft_ms": True, "p99_tpot_ms": True, "p99_e2el_ms": True, "p99.9_itl_ms": False}
+    assert "SLO p99.9_itl <= 1 ms: MISSED" in done.stdout
+
+
 def test_chat_endpoint_and_usage_counts():
     requests = sample_requests(fixed_workload(5, output=6, process="inf"), vocab_size=4096)
     with start_mock_server(MockServerConfig(ttft_s=0.01, itl_s=0.001)) as url:

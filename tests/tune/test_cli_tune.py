@@ -62,6 +62,9 @@ def test_resume_continues_with_the_stored_settings(tmp_path: Path) -> None:
     (("--space", "max_num_seqs=64,,128"), "empty value in the range of max_num_seqs"),
     (("--space", "max_num_seqs=0"), "--max-num-seqs must be >= 1"),
     (("--slo", "p99_latency=3s"), "bad SLO"),
+    (("--slo", "p99.9_ttft=1s"), "checks mean, median, p90, p95, p99 only"),
+    (("--dry-run",), "--dry-run prints the servers that --backend vllm would start"),
+    (("--dummy-weights",), "--dummy-weights goes with --backend vllm"),
     (("--strategy", "random-walk"), "--strategy must be one of"),
     (("--strategy", "rate"), "--strategy rate finds the highest rate that meets the SLOs"),
     (("--backend", "endpoint", "--url", "http://127.0.0.1:9"), "only --strategy rate applies"),
@@ -127,6 +130,35 @@ def _small_workload(tmp_path: Path) -> Path:
     return path
 
 
+def test_dry_run_prints_the_baseline_and_the_first_sweep_and_starts_nothing(
+        tmp_path: Path) -> None:
+    """Rendered by the study's own backend (a launch template here: no vLLM to ask for its
+    version); no server, no study, no report."""
+    import shlex
+
+    marker = tmp_path / "started"
+    args = ["tune", "--backend", "vllm", "--dry-run", "--model", "qwen2.5-0.5b", "--gpu", "cpu",
+            "--vllm-version", "0.32.0", "--launch-template", f"touch {marker} {{args}}",
+            "--server-args", "--enforce-eager", "--baseline",
+            "vllm serve qwen2.5-0.5b --max-num-seqs 16", "--space", "max_num_seqs=8,64",
+            "--space", "max_model_len=", "--space", "enable_prefix_caching=",
+            "--space", "max_num_batched_tokens=", "--space", "speculative=",
+            "--storage", f"sqlite:///{tmp_path / 's.db'}", "--report-dir", str(tmp_path / "r")]
+    for dummy in (True, False):
+        done = run_cli(*args, *(["--dummy-weights"] if dummy else []))
+        assert done.returncode == 0, done.stderr + done.stdout
+        assert f"{'dummy' if dummy else 'real'} weights; nothing started" in done.stdout
+        lines = [shlex.split(line) for line in done.stdout.splitlines()
+                 if line.startswith("  env ")]
+        seqs = [argv[argv.index("--max-num-seqs") + 1] for argv in lines]
+        assert seqs == ["16", "8", "64"]  # the baseline, then each value of the sweep
+        for argv in lines:
+            assert "--enforce-eager" in argv and str(marker) in argv
+            assert ("--load-format" in argv) == dummy
+    assert not marker.exists() and not (tmp_path / "s.db").exists()
+    assert not (tmp_path / "r").exists()
+
+
 def test_missing_study(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'x.db'}"
     resumed = run_cli("tune", "--resume", "--study-name", "nope", "--storage", url)
@@ -141,8 +173,8 @@ def test_the_default_demo_gives_four_honest_picks(tmp_path: Path) -> None:
     each departing from the baseline only where its own figure gains beyond the resolution,
     the low-latency one with a lower P99 TTFT than the baseline; no burst warning (the
     simulator has no client to starve)."""
-    from sweetspot.tune.study import study_data
     from sweetspot.tune.store import StudyStore
+    from sweetspot.tune.study import study_data
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     result = run_cli("tune", "--storage", url, "--study-name", "demo", "--report-dir",

@@ -30,7 +30,7 @@ def test_tune_on_real_servers_survives_a_kill(vllm_python: Path, tmp_path: Path)
     workload.write_text(json.dumps(WORKLOAD))
     storage = f"sqlite:///{tmp_path / 'studies.db'}"
     common = ["--storage", storage, "--study-name", "real", "--report-dir", str(tmp_path / "r")]
-    args = [sys.executable, "-m", "sweetspot.cli", "tune", "--backend", "vllm",
+    args = [sys.executable, "-m", "sweetspot.cli", "tune", "--backend", "vllm", "--dummy-weights",
             "--model", str(model.model_dir), "--tokenizer", str(model.tokenizer_dir),
             "--gpu", "cpu", "--vllm-version", "0.32.0", "--vllm-python", str(vllm_python),
             "--workload", str(workload), "--num-requests", "32", "--env",

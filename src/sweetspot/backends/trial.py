@@ -61,6 +61,9 @@ class Trial:
     kept: bool = False  # the server was left running (--keep-server)
     facts: dict[str, Any] = field(default_factory=dict)  # backend-specific counters (simulator)
     more_runs: tuple[EndpointRun, ...] = ()  # further workloads run on the same server, in order
+    # "dummy" (random, --load-format dummy) or "real" (the model's own); None: no server of
+    # sweetspot's was started (the simulator, a running endpoint, refused options)
+    weights: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -82,5 +85,6 @@ class Trial:
             "server_pid": self.server_pid,
             "server_pids": list(self.server_pids),
             "kept": self.kept,
+            "weights": self.weights,
             "facts": dict(self.facts),
         }

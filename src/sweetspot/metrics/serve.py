@@ -36,14 +36,21 @@ import numpy as np
 from sweetspot._errors import SweetspotError
 from sweetspot.backends.records import RequestRecord
 
-__all__ = ["LATENCY_NAMES", "SLO_NAMES", "BenchResult", "LatencyStats", "compute_result"]
+__all__ = [
+    "LATENCY_NAMES",
+    "SLO_NAMES",
+    "BenchResult",
+    "LatencyStats",
+    "compute_result",
+    "percentile_word",
+]
 
 LATENCY_NAMES = ("ttft", "tpot", "itl", "e2el")  # vLLM's order in its result JSON
 SLO_NAMES = ("ttft", "tpot", "e2el")  # what ``--goodput`` accepts, values in ms
 _MS_PER_S = 1000  # vLLM's MILLISECONDS_TO_SECONDS_CONVERSION
 
 
-def _p_word(p: float) -> str:
+def percentile_word(p: float) -> str:
     """How vLLM names a percentile in a key: 99.0 → ``99``, 99.9 → ``99.9``."""
     return str(int(p)) if int(p) == p else str(p)
 
@@ -123,7 +130,7 @@ class BenchResult:
             d[f"median_{name}_ms"] = stats.median_ms
             d[f"std_{name}_ms"] = stats.std_ms
             for p, value in stats.percentiles_ms:
-                d[f"p{_p_word(p)}_{name}_ms"] = value
+                d[f"p{percentile_word(p)}_{name}_ms"] = value
         d["mean_client_lag_ms"] = self.mean_client_lag_ms
         d["p99_client_lag_ms"] = self.p99_client_lag_ms
         d["max_client_lag_ms"] = self.max_client_lag_ms

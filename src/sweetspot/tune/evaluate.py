@@ -20,11 +20,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sweetspot._errors import SweetspotError
 from sweetspot.backends.loadgen import LoadConfig
 from sweetspot.backends.trial import Trial
 from sweetspot.metrics.capacity import SteadyState, steady_state
 from sweetspot.metrics.run import bunched_streams, measure
+from sweetspot.metrics.slo import parse_slos as _parse_slos
 from sweetspot.spec.knobs import ServingConfig, SpeculativeConfig
 from sweetspot.spec.requests import Request, sample_requests
 from sweetspot.spec.workload import ArrivalSpec, WorkloadSpec
@@ -48,29 +48,9 @@ class Backend(Protocol):
 
 
 def parse_slos(text: str | None) -> dict[str, float]:
-    """``p99_ttft=300ms,p99_tpot=50ms,median_e2el=2s`` -> {"p99_ttft_ms": 300.0, ...};
-    a bare metric (``ttft=300ms``) means its P99."""
-    slos: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in (text or "").split(","))):
-        name, sep, value = part.partition("=")
-        name = name.strip().lower()
-        if "_" not in name:
-            name = f"p99_{name}"
-        key = name.removesuffix("_ms") + "_ms"
-        if not sep or key not in LATENCY_KEYS:
-            raise SweetspotError(
-                f"bad SLO {part!r}: expected e.g. p99_ttft=300ms; metrics are "
-                f"{', '.join(LATENCIES)} with {', '.join(STATS)}")
-        text_value = value.strip().lower()
-        scale = 1000.0 if text_value.endswith("s") and not text_value.endswith("ms") else 1.0
-        try:
-            limit = float(text_value.removesuffix("ms").removesuffix("s")) * scale
-        except ValueError:
-            raise SweetspotError(f"bad SLO {part!r}: expected a time like 300ms or 2s") from None
-        if limit <= 0:
-            raise SweetspotError(f"bad SLO {part!r}: the limit must be positive")
-        slos[key] = limit
-    return slos
+    """``p99_ttft=300ms,p99_tpot=50ms,median_e2el=2s`` -> {"p99_ttft_ms": 300.0, ...}; a bare
+    metric (``ttft=300ms``, or vLLM's ``ttft:300``) means its P99 (``metrics.slo``)."""
+    return _parse_slos(text, stats=STATS).limits_ms
 
 
 def config_to_json(config: ServingConfig) -> dict[str, Any]:
@@ -233,10 +213,8 @@ class Evaluator:
                          capacity_requests=len(trial.run.records),
                          capacity_window_s=[round(t, 3) for t in steady.window_s])
             over = offered is not None and steady.request_throughput < offered
-            # Measured runs only: a simulated client is never starved, and a simulated
-            # overload (stalls of preempted requests lift the mean TPOT) would read as bursts.
-            if self.measured and any(
-                    bunched_streams(m.result.to_dict()) for m in (capacity, traffic)):
+            # Measured runs only: the simulator has no client to starve.
+            if self.measured and any(bunched_streams(m.to_dict()) for m in (capacity, traffic)):
                 facts["bunched_streams"] = True  # latencies of the client's scheduling
             for m in (capacity, traffic):
                 if m.server is not None:

@@ -54,7 +54,7 @@ def server(
     log_path = tmp_path_factory.mktemp("server") / "vllm.log"
     with launch_server(
         vllm_python, tiny.model_dir, tokenizer_dir=tiny.tokenizer_dir, args=SERVER_ARGS,
-        log_path=log_path,
+        log_path=log_path, dummy_weights=True,
     ) as handle:
         yield handle
     assert_group_gone(handle.pid)

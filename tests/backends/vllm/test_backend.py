@@ -23,6 +23,7 @@ from packaging.version import Version
 from sweetspot.backends.loadgen import LoadConfig
 from sweetspot.backends.vllm import VllmBackend, split_serve_command
 from sweetspot.backends.vllm.memory import group_pids
+from sweetspot.backends.vllm.server import server_argv, weights_of
 from sweetspot.spec.hardware import load_hardware
 from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.requests import Request
@@ -165,6 +166,45 @@ def test_keep_server_leaves_it_up(tmp_path: Path) -> None:
         os.killpg(trial.server_pid, signal.SIGKILL)
 
 
+def test_real_weights_unless_dummy_ones_are_asked_for(tmp_path: Path) -> None:
+    real = server_argv("py", "m", port=1)
+    dummy = server_argv("py", "m", port=1, dummy_weights=True)
+    assert "--load-format" not in real
+    assert dummy[dummy.index("--load-format") + 1] == "dummy"
+    # The last --load-format wins, as in vLLM's parser.
+    assert weights_of(["--load-format=dummy"]) == "dummy"
+    assert weights_of(["--load_format", "dummy", "--load-format", "auto"]) == "real"
+    assert _backend(tmp_path).run_args([], _requests(2), LOAD).weights == "real"
+    trial = _backend(tmp_path, dummy_weights=True).run_args([], _requests(2), LOAD)
+    assert trial.status == "ok" and trial.to_dict()["weights"] == "dummy"
+
+
+def test_cli_bench_launch_dry_run_prints_the_command_and_starts_nothing(
+        tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    marker = tmp_path / "started"
+    common = ["bench", "--launch", "--dry-run", "--launch-template", f"touch {marker} {{args}}",
+              "--vllm-version", "0.32.0", "--trials-dir", str(tmp_path / "trials"),
+              "--slo", "ttft:300"]
+    dummy = run_cli(*common, "--dummy-weights", "--", "/models/m", "--max-num-seqs", "8")
+    real = run_cli(*common, "--", "/models/m", "--max-num-seqs", "8")
+    for done, weights in ((dummy, "dummy"), (real, "real")):
+        assert done.returncode == 0, done.stderr
+        head, line = done.stdout.strip().splitlines()
+        assert f"{weights} weights" in head and "not started" in head
+        argv = shlex.split(line)
+        assert argv[0] == "env" and "VLLM_NO_USAGE_STATS=1" in argv
+        assert argv[argv.index("touch"):][:2] == ["touch", str(marker)]
+        assert argv[argv.index("--model") + 1] == "/models/m"
+        assert argv[argv.index("--max-num-seqs") + 1] == "8"
+        assert ("--load-format" in argv) == (weights == "dummy")
+    assert not marker.exists() and not (tmp_path / "trials").exists()
+    for flag in ("--dry-run", "--dummy-weights"):
+        alone = run_cli("bench", "--url", "http://127.0.0.1:9", flag)
+        assert alone.returncode == 2 and f"{flag} goes with --launch" in alone.stderr
+
+
 def test_split_serve_command() -> None:
     assert split_serve_command(["vllm", "serve", "M", "--max-num-seqs", "8"]) == (
         "M", ["--max-num-seqs", "8"])
@@ -187,6 +227,8 @@ def test_cli_bench_launch_writes_trial(tmp_path: Path) -> None:
     assert "Launched server" in stdout and "server ready at" in stderr
     data = json.loads(out.read_text())
     assert data["completed"] == 6 and data["trial"]["status"] == "ok"
+    assert data["trial"]["weights"] == "real"  # the model's own, unless --dummy-weights
+    assert "Weights" in stdout and "real" in stdout
     assert data["trial"]["timings"]["startup_s"] > 0
     assert_gone(data["trial"]["server_pids"])
 

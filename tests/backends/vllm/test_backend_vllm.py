@@ -25,10 +25,11 @@ pytestmark = pytest.mark.vllm
 
 def _launch(vllm_python: Path, tiny: TinyModel, out: Path, trials: Path, *serve_args: str,
             n: int = 48) -> subprocess.CompletedProcess:
-    return run_cli("bench", "--launch", "--vllm-python", str(vllm_python), "--workload", "short",
-                   "--num-requests", str(n), "--rate", "inf", "--seed", "7", "--trials-dir",
-                   str(trials), "--json", str(out), "--", str(tiny.model_dir), "--tokenizer",
-                   str(tiny.tokenizer_dir), *SERVER_ARGS, *serve_args)
+    return run_cli("bench", "--launch", "--dummy-weights", "--vllm-python", str(vllm_python),
+                   "--workload", "short", "--num-requests", str(n), "--rate", "inf", "--seed",
+                   "7", "--trials-dir", str(trials), "--json", str(out), "--",
+                   str(tiny.model_dir), "--tokenizer", str(tiny.tokenizer_dir), *SERVER_ARGS,
+                   *serve_args)
 
 
 def test_more_seqs_more_throughput_with_kv_tokens(vllm_python: Path, tiny: TinyModel,
@@ -41,6 +42,7 @@ def test_more_seqs_more_throughput_with_kv_tokens(vllm_python: Path, tiny: TinyM
         data = json.loads(out.read_text())
         trial = data["trial"]
         assert trial["status"] == "ok" and data["completed"] == 48
+        assert trial["weights"] == "dummy" and "--load-format" in trial["argv"]
         assert trial["startup"]["kv_cache_tokens"] > 100_000  # 2 GiB of a 1 KiB/token model
         assert trial["startup"]["device"] == "CPU"
         assert trial["memory"]["host_rss_bytes"] > 2**30
@@ -56,7 +58,7 @@ def test_max_model_len_beyond_kv_capacity_is_oom(vllm_python: Path, tmp_path: Pa
     model = make_tiny_model(tmp_path / "deep", layers=16, kv_heads=4, max_position=131_072)
     backend = VllmBackend(model.model_dir, tokenizer_dir=model.tokenizer_dir,
                           trials_dir=tmp_path / "trials", python=vllm_python,
-                          env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+                          env={"VLLM_CPU_KVCACHE_SPACE": "1"}, dummy_weights=True)
     requests = [Request(i, 0.0, tuple(range(16)), 8) for i in range(4)]
     trial = backend.run_args([*SERVER_ARGS, "--max-model-len", "131072"], requests,
                              LoadConfig(base_url="", model=""))
@@ -86,10 +88,10 @@ def test_bad_choice_is_invalid_before_any_process(vllm_python: Path, tiny: TinyM
 def test_interrupted_trial_leaves_no_vllm_process(vllm_python: Path, tiny: TinyModel,
                                                   tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sweetspot.cli", "bench", "--launch", "--vllm-python",
-         str(vllm_python), "--workload", "long", "--num-requests", "200", "--rate", "inf",
-         "--trials-dir", str(tmp_path), "--", str(tiny.model_dir), "--tokenizer",
-         str(tiny.tokenizer_dir), *SERVER_ARGS],
+        [sys.executable, "-m", "sweetspot.cli", "bench", "--launch", "--dummy-weights",
+         "--vllm-python", str(vllm_python), "--workload", "long", "--num-requests", "200",
+         "--rate", "inf", "--trials-dir", str(tmp_path), "--", str(tiny.model_dir),
+         "--tokenizer", str(tiny.tokenizer_dir), *SERVER_ARGS],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pgid = _wait_ready(proc, timeout_s=300)
     time.sleep(3.0)  # mid-run: engine core and workers busy

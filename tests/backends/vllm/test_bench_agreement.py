@@ -43,7 +43,7 @@ AGREEMENT = 0.10  # what the issue asks of output throughput and median TPOT
 def heavy_server(vllm_python: Path, heavy: TinyModel,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     with launch_server(vllm_python, heavy.model_dir, tokenizer_dir=heavy.tokenizer_dir,
-                       args=SERVER_ARGS,
+                       args=SERVER_ARGS, dummy_weights=True,
                        log_path=tmp_path_factory.mktemp("heavy-server") / "vllm.log") as handle:
         yield handle
     assert_group_gone(handle.pid)

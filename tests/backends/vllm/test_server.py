@@ -101,7 +101,7 @@ def test_exception_inside_stops_the_whole_group(
 ) -> None:
     with pytest.raises(RuntimeError, match="trial failed"), launch_server(
         vllm_python, tiny.model_dir, tokenizer_dir=tiny.tokenizer_dir, args=SERVER_ARGS,
-        log_path=tmp_path / "vllm.log",
+        log_path=tmp_path / "vllm.log", dummy_weights=True,
     ) as handle:
         os.killpg(handle.pid, 0)  # the group is alive here
         raise RuntimeError("trial failed")
@@ -117,6 +117,7 @@ def test_bad_argument_fails_fast_with_the_log_tail(
     with pytest.raises(ServerStartError) as caught, launch_server(
         vllm_python, tiny.model_dir, tokenizer_dir=tiny.tokenizer_dir,
         args=[*SERVER_ARGS, "--max-num-seqs", "abc"], log_path=tmp_path / "vllm.log",
+        dummy_weights=True,
     ):
         pytest.fail("the server started with --max-num-seqs abc")
     assert time.monotonic() - started_s < 120  # argparse fails before any engine starts

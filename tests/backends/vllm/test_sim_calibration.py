@@ -192,7 +192,7 @@ def test_calibrated_simulator_predicts_other_max_num_seqs(
     with ExitStack() as stack:
         servers = {seqs: stack.enter_context(launch_server(
             vllm_python, heavy.model_dir, tokenizer_dir=heavy.tokenizer_dir,
-            args=(*SERVER_ARGS, "--max-num-seqs", str(seqs)),
+            args=(*SERVER_ARGS, "--max-num-seqs", str(seqs)), dummy_weights=True,
             log_path=tmp_path / f"vllm{seqs}.log")) for seqs in SEQS}
         for seqs, server in servers.items():  # a fresh server's first batches run slower
             _bench(server.base_url, workload, tmp_path / f"warm{seqs}.json", seqs, 32, None, 8)

@@ -33,11 +33,15 @@ from sweetspot.backends.vllm.installed import InstalledVllm, detect_vllm
 from sweetspot.backends.vllm.logs import classify_failure, parse_startup
 from sweetspot.backends.vllm.memory import MemorySampler
 from sweetspot.backends.vllm.server import (
+    DUMMY_WEIGHTS,
     ServerHandle,
     ServerStartError,
     ServerStartTimeout,
     _signal_group,
+    free_port,
     launch_server,
+    server_argv,
+    weights_of,
 )
 from sweetspot.engine.render import render_serve
 from sweetspot.engine.validate import validate_config
@@ -73,6 +77,7 @@ class VllmBackend:
     ``python``: an interpreter that imports vLLM (default: this one). ``template``: a launch
     command for a vLLM elsewhere (a container); then the version must be given, and options
     are checked against sweetspot's flag table for it instead of the installed parser.
+    ``dummy_weights``: random weights (``--load-format dummy``) instead of the model's own.
     """
 
     name = "vllm"  # the tuner's ``Backend.name``
@@ -94,6 +99,7 @@ class VllmBackend:
         stop_timeout_s: float = 15.0,
         warmup_requests: int = 1,
         memory_interval_s: float = 0.25,
+        dummy_weights: bool = False,
     ) -> None:
         if template is not None and vllm_version is None:
             raise SweetspotError("a launch template needs --vllm-version: the options are "
@@ -111,6 +117,7 @@ class VllmBackend:
         self.stop_timeout_s = stop_timeout_s
         self.warmup_requests = warmup_requests
         self.memory_interval_s = memory_interval_s
+        self.dummy_weights = dummy_weights
         self._version = vllm_version
         self._installed: InstalledVllm | None = None
 
@@ -152,9 +159,23 @@ class VllmBackend:
         if errors:
             return _refused(errors[0].message, tuple(p.message for p in errors), started_s,
                             str(self.version))
+        return self.run_args(self.config_args(config), requests, load, **kwargs)
+
+    def config_args(self, config: ServingConfig) -> list[str]:
+        """The server options of ``config`` (no program, no model), fixed extras last."""
         rendered = render_serve(config, self.model_dir, self.version)
-        return self.run_args([*rendered.argv(())[1:], *self.extra_args], requests, load,
-                             **kwargs)
+        return [*rendered.argv(())[1:], *self.extra_args]
+
+    def server_command(self, args: Sequence[str], port: int | None = None) -> list[str]:
+        """The exact command a trial of the server options ``args`` starts (the port is picked
+        at launch: a free one now unless given)."""
+        return server_argv(self.python, self.model_dir, tokenizer_dir=self.tokenizer_dir,
+                           args=args, port=free_port() if port is None else port,
+                           template=self.template, dummy_weights=self.dummy_weights)
+
+    def weights(self, args: Sequence[str]) -> str:
+        """"dummy" or "real": what a server with the options ``args`` loads."""
+        return weights_of([*(DUMMY_WEIGHTS if self.dummy_weights else ()), *args])
 
     def run_args(
         self,
@@ -191,6 +212,7 @@ class VllmBackend:
                     startup_timeout_s=self.startup_timeout_s,
                     stop_timeout_s=self.stop_timeout_s, template=self.template,
                     on_spawn=sampler.start, keep_running=keep_server,
+                    dummy_weights=self.dummy_weights,
                 ) as handle:
                     phase.startup_s = handle.startup_s
                     outcome["handle"] = handle
@@ -201,14 +223,15 @@ class VllmBackend:
                     phase.stopping_s = time.monotonic()
             except ServerStartTimeout as exc:
                 return self._failed("timeout", _one_line(exc), exc.log_tail, phase, log_path,
-                                    sampler)
+                                    sampler, args)
             except ServerStartError as exc:
                 log = _read(log_path)
                 if not log.strip():  # it never ran: a missing interpreter, a bad template
-                    return self._failed("crash", _one_line(exc), (), phase, log_path, sampler)
+                    return self._failed("crash", _one_line(exc), (), phase, log_path, sampler,
+                                        args)
                 failure = classify_failure(log)
                 return self._failed(failure.status, failure.cause, failure.lines, phase,
-                                    log_path, sampler)
+                                    log_path, sampler, args)
             if not keep_server:
                 sampler.wait_device_free()
             phase.stopped_s = time.monotonic()
@@ -216,7 +239,7 @@ class VllmBackend:
             outcome["memory"] = sampler.stop()
             outcome["pids"] = set(sampler.pids_seen)
             sampler.close()
-        return self._finish(outcome, phase, log_path, keep_server)
+        return self._finish(outcome, phase, log_path, keep_server, args)
 
     def _measure(self, handle: ServerHandle, requests: Sequence[Request], load: LoadConfig,
                  phase: _Phases, outcome: dict, on_done, scrape_interval_s: float,
@@ -251,7 +274,8 @@ class VllmBackend:
         return dataclasses.replace(load, base_url=handle.base_url, model=self.model_dir,
                                    warmup_requests=0)
 
-    def _finish(self, outcome: dict, phase: _Phases, log_path: Path, kept: bool) -> Trial:
+    def _finish(self, outcome: dict, phase: _Phases, log_path: Path, kept: bool,
+                args: Sequence[str]) -> Trial:
         handle: ServerHandle = outcome["handle"]
         run = outcome.get("run")
         log = _read(log_path)
@@ -278,17 +302,17 @@ class VllmBackend:
                      startup=parse_startup(log), memory=outcome.get("memory"),
                      base_url=handle.base_url, server_pid=handle.pid,
                      server_pids=tuple(sorted(outcome.get("pids", ()))), kept=kept,
-                     more_runs=tuple(outcome.get("more", ())))
+                     more_runs=tuple(outcome.get("more", ())), weights=self.weights(args))
 
     def _failed(self, status: str, cause: str, lines: Sequence[str], phase: _Phases,
-                log_path: Path, sampler: MemorySampler) -> Trial:
+                log_path: Path, sampler: MemorySampler, args: Sequence[str]) -> Trial:
         sampler.wait_device_free()
         timings = TrialTimings(check_s=phase.check_s, startup_s=phase.startup_s,
                                total_s=time.monotonic() - phase.started_s)
         return Trial(status, cause, None, timings, log_lines=tuple(lines), log_path=log_path,
                      vllm_version=str(self.version), startup=parse_startup(_read(log_path)),
                      memory=sampler.stop(), server_pid=sampler.pgid,
-                     server_pids=tuple(sorted(sampler.pids_seen)))
+                     server_pids=tuple(sorted(sampler.pids_seen)), weights=self.weights(args))
 
 
 @dataclasses.dataclass

@@ -43,6 +43,7 @@ __all__ = [
     "free_port",
     "launch_server",
     "server_argv",
+    "weights_of",
 ]
 
 # Defaults under the caller's environment and ``env``: a small KV cache (GiB) suits CPU
@@ -54,6 +55,9 @@ DEFAULT_ENV: Mapping[str, str] = {
     "VLLM_NO_USAGE_STATS": "1",
     "PYTHONUNBUFFERED": "1",
 }
+# Random weights: a test's tiny model, or a speed check without the checkpoint. Only on request:
+# a tuning run on them says nothing of speculative decoding's acceptance (nor of the model).
+DUMMY_WEIGHTS = ("--load-format", "dummy")
 _POLL_INTERVAL_S = 0.5
 _KILL_GRACE_S = 10.0
 _PORT_RELEASE_S = 10.0
@@ -121,19 +125,21 @@ def launch_server(
     template: str | None = None,
     on_spawn: Callable[[int], None] | None = None,
     keep_running: bool = False,
+    dummy_weights: bool = False,
 ) -> Iterator[ServerHandle]:
-    """Run ``python -m vllm.entrypoints.openai.api_server`` with dummy weights until exit.
+    """Run ``python -m vllm.entrypoints.openai.api_server`` until exit.
 
-    ``args`` go after the fixed flags, so a later ``--load-format`` wins over the dummy one.
-    The served model's name is ``str(model_dir)``. ``on_spawn(pgid)`` is called right after
-    the process starts. On exit the group gets SIGTERM, then SIGKILL after ``stop_timeout_s``
-    — unless ``keep_running`` and the block ended without an exception: then the server is
-    left up, detached, for inspection.
+    The model's own weights load unless ``dummy_weights`` (``--load-format dummy``: random
+    weights, the folder needs only config.json and a tokenizer). ``args`` go after the fixed
+    flags, so a ``--load-format`` in them wins. The served model's name is ``str(model_dir)``.
+    ``on_spawn(pgid)`` is called right after the process starts. On exit the group gets
+    SIGTERM, then SIGKILL after ``stop_timeout_s`` — unless ``keep_running`` and the block
+    ended without an exception: then the server is left up, detached, for inspection.
     """
     port = free_port(host) if port is None else port
     log_path = Path(log_path)
     argv = server_argv(python, model_dir, tokenizer_dir=tokenizer_dir, args=args, host=host,
-                       port=port, template=template)
+                       port=port, template=template, dummy_weights=dummy_weights)
     full_env = {**DEFAULT_ENV, **os.environ, **(env or {})}
     base_url = f"http://{host}:{port}"
     with open(log_path, "wb") as log:
@@ -172,12 +178,13 @@ def server_argv(
     host: str = "127.0.0.1",
     port: int = 8000,
     template: str | None = None,
+    dummy_weights: bool = False,
 ) -> list[str]:
     """The command that starts the server: the interpreter's, or the launch template's."""
     options = [
         "--model", str(model_dir),
         "--tokenizer", str(tokenizer_dir if tokenizer_dir is not None else model_dir),
-        "--load-format", "dummy",
+        *(DUMMY_WEIGHTS if dummy_weights else ()),
         "--host", host,
         "--port", str(port),
         *args,
@@ -195,6 +202,18 @@ def server_argv(
     if not argv:
         raise SweetspotError("the launch template is empty")
     return argv
+
+
+def weights_of(options: Sequence[str]) -> str:
+    """"dummy" when these server options load random weights, else "real" (the model's own):
+    the last ``--load-format`` wins, as in vLLM's parser."""
+    load_format = None
+    words = iter(options)
+    for word in words:
+        name, eq, value = word.partition("=")
+        if name.replace("_", "-") == "--load-format":
+            load_format = value if eq else next(words, None)
+    return "dummy" if load_format == "dummy" else "real"
 
 
 _PR_SET_PDEATHSIG = 1
