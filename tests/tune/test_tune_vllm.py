@@ -67,10 +67,12 @@ def test_tune_on_real_servers_survives_a_kill(vllm_python: Path, tmp_path: Path)
     base = rows[data["baseline"]]
     best = max((r for r in rows.values() if r["status"] == "ok"),
                key=lambda r: r["metrics"]["output_throughput"])
-    pick = next(p for p in data["picks"] if p["goal"] == "max-throughput")
-    assert rows[pick["trial"]] is best
-    assert best["metrics"]["output_throughput"] > base["metrics"]["output_throughput"]
-    assert best["config"]["max_num_seqs"] == 32
+    pick = rows[next(p for p in data["picks"] if p["goal"] == "max-throughput")["trial"]]
+    # The pick is the simplest configuration within the measured resolution of the best.
+    assert pick["metrics"]["output_throughput"] >= best["metrics"]["output_throughput"] * (
+        1 - data["resolution"])
+    assert pick["metrics"]["output_throughput"] > base["metrics"]["output_throughput"]
+    assert best["config"]["max_num_seqs"] == 32 and pick["config"]["max_num_seqs"] == 32
     assert not _trial_processes(tmp_path / "trials")
 
 

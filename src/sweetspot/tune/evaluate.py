@@ -220,6 +220,7 @@ class Evaluator:
                 if m.server is not None:
                     facts.setdefault("preemptions", m.server.preemptions)
                     facts.setdefault("peak_kv_usage", m.server.peak_kv_cache_usage)
+                    facts.setdefault("spec_acceptance_rate", m.server.spec_acceptance_rate)
             if self.measured:  # every run's own result, for calibrate --study
                 runs.append(_run_entry("capacity", trial.run, None, capacity))
                 if traffic is not capacity:

@@ -219,6 +219,10 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
             on_phase("keeping your values where a change buys nothing")
         _simplify(tuner, base_row, offered, limit, resolution, settings.slos,
                   SIMPLIFY_TRIALS[kind])
+        if not tuner.exhausted():  # the reserve was not all needed: search on with it
+            tuner.run(settings.strategy)
+            _simplify(tuner, base_row, offered, limit, resolution, settings.slos,
+                      SIMPLIFY_TRIALS[kind])
 
         def choose() -> list[Pick]:
             return choose_picks(tuner.ordered_rows(), base_row, offered, limit,
