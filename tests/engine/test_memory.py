@@ -1,4 +1,5 @@
 import dataclasses
+import re
 
 import pytest
 
@@ -110,7 +111,7 @@ def test_log_line_formats():
 
 def _finding(model, gpu, quant="bf16", **knobs):
     return fit_finding(load_model(model).arch, load_quantization(quant), load_hardware(gpu),
-                       ServingConfig(max_model_len=4096, **knobs), v("0.33.0"))
+                       ServingConfig(**{"max_model_len": 4096, **knobs}), v("0.33.0"))
 
 
 def test_a_model_that_does_not_fit_names_the_smallest_tensor_parallel_size():
@@ -143,3 +144,14 @@ def test_no_suggestion_past_one_node_or_where_more_gpus_do_not_help():
     too_high = _finding("llama-3.1-8b", "h100", gpu_memory_utilization=0.999)
     assert too_high is not None and too_high.tensor_parallel_size is None
     assert "Free memory on device" in too_high.message and "tensor" not in too_high.message
+
+
+def test_a_shorter_max_model_len_on_fewer_gpus_is_named_too():
+    """Llama-3.1-8B at its full 131,072 tokens needs 16 GiB of KV for one request: more than
+    one A10 has left after the weights, so two GPUs, or one with vLLM's estimated length."""
+    finding = _finding("llama-3.1-8b", "a10", max_model_len=131_072)
+    assert finding.tensor_parallel_size == 2
+    assert "max seq len (131072)" in finding.message
+    shorter = re.search(r"or on one GPU with --max-model-len (\d+) or less", finding.message)
+    assert shorter, finding.message
+    assert _finding("llama-3.1-8b", "a10", max_model_len=int(shorter[1])) is None

@@ -283,8 +283,29 @@ def fit_finding(
     if hardware.is_cpu or est.total_bytes - CUDA_CONTEXT_BYTES < est.budget_bytes:
         return FitFinding(head, None)
     tp = smallest_tensor_parallel_size(arch, quant, hardware, config, version, draft=draft)
+    shorter = _shorter_model_len(arch, quant, hardware, config, version, draft, tp)
     if tp is None:
         return FitFinding(f"{head}; not even --tensor-parallel-size "
-                          f"{TENSOR_PARALLEL_SIZES[-1]} fits: use GPUs with more memory or a "
-                          "quantised checkpoint", None)
-    return FitFinding(f"{head}; it fits with --tensor-parallel-size {tp} on {tp} GPUs", tp)
+                          f"{TENSOR_PARALLEL_SIZES[-1]} fits{shorter}: use GPUs with more "
+                          "memory or a quantised checkpoint", None)
+    return FitFinding(f"{head}; it fits with --tensor-parallel-size {tp} on {tp} GPUs{shorter}",
+                      tp)
+
+
+def _shorter_model_len(arch: ModelArch, quant: Quantization, hardware: Hardware,
+                       config: ServingConfig, version: Version, draft: ModelArch | None,
+                       tp_fits: int | None) -> str:
+    """Fewer GPUs that would do with a shorter max-model-len (the weights fit, the KV cache
+    holds blocks, only one request of the model's full length does not), as vLLM's own message
+    suggests: "" when there are none."""
+    start = config.tensor_parallel_size or 1
+    for tp in TENSOR_PARALLEL_SIZES:
+        if tp < start or (tp_fits is not None and tp >= tp_fits) or arch.num_heads % tp:
+            continue
+        est = estimate_memory(arch, quant, hardware, config.replace(tensor_parallel_size=tp),
+                              version, draft=draft)
+        if not est.ok and est.num_blocks and est.kv_cache_tokens < est.max_model_len:
+            gpus = "one GPU" if tp == 1 else f"{tp} GPUs (--tensor-parallel-size {tp})"
+            return (f", or on {gpus} with --max-model-len {est.kv_cache_tokens} or less"
+                    f" (of {est.max_model_len})")
+    return ""
