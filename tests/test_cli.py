@@ -169,3 +169,41 @@ def test_simulate_bad_input_is_one_line_exit_2(args, message):
     assert result.returncode == 2, result.stdout
     assert result.stderr.startswith("error:") and message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_advise_a_model_that_does_not_fit_says_so_and_names_tensor_parallelism():
+    """Llama-3.1-70B in bf16 (131 GiB) on one H100: no command that cannot start, exit 1."""
+    from sweetspot.engine.lint import lint_command
+    from sweetspot.spec.hardware import load_hardware
+    from sweetspot.spec.version import parse_vllm_version
+
+    args = ("advise", "--model", "llama-3.1-70b", "--quant", "bf16", "--gpu", "h100")
+    result = run_cli(*args)
+    assert result.returncode == 1, result.stderr
+    assert "does not fit on one NVIDIA H100" in result.stdout
+    assert "--tensor-parallel-size 2 on 2 GPUs" in result.stdout
+    assert "vllm serve" not in result.stdout and not result.stderr
+    data = json.loads(run_cli(*args, "--json").stdout)
+    assert data["fits"] is False and data["tensor_parallel_size"] == 2 and data["picks"] == []
+    split = run_cli(*args, "--tensor-parallel-size", "2", "--json")
+    assert split.returncode == 0, split.stderr
+    picks = json.loads(split.stdout)["picks"]
+    assert len(picks) == 4
+    for pick in picks:
+        assert "--tensor-parallel-size 2" in pick["command"]
+        report = lint_command(pick["command"], parse_vllm_version("0.33.0"),
+                              load_hardware("h100"))
+        assert report.exit_code == 0, (pick["command"], report.findings)
+
+
+def test_simulate_a_model_that_does_not_fit_names_tensor_parallelism(tmp_path):
+    out = tmp_path / "sim.json"
+    args = ("simulate", "--model", "llama-3.1-70b", "--quant", "bf16", "--gpu", "h100",
+            "--num-requests", "20", "--set", "max_model_len=8192")
+    result = run_cli(*args, "--json", str(out))
+    assert result.returncode == 1, result.stderr
+    assert "trial: oom" in result.stdout and "Traceback" not in result.stderr
+    assert "--tensor-parallel-size 2 on 2 GPUs" in result.stdout
+    assert json.loads(out.read_text())["fit"]["tensor_parallel_size"] == 2
+    split = run_cli(*args, "--set", "tensor_parallel_size=2")
+    assert split.returncode == 0, split.stdout + split.stderr

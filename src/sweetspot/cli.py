@@ -48,6 +48,10 @@ VersionOpt = Annotated[
 ModelOpt = Annotated[str, typer.Option(help="Catalog name, HF id or folder with config.json.")]
 WorkloadOpt = Annotated[str, typer.Option(help=f"Preset ({', '.join(PRESETS)}) or YAML/JSON "
                                                "file.")]
+QuantOpt = Annotated[str | None, typer.Option(help="bf16, fp16, fp8, int8, awq, gptq "
+                                                   "(default: what the checkpoint is).")]
+# The field guide's setup, the default of advise and tune: Qwen2.5-14B's AWQ checkpoint.
+GUIDE_MODEL = "Qwen/Qwen2.5-14B-Instruct-AWQ"
 YamlDirOpt = Annotated[Path | None, typer.Option(help="Also write one vLLM YAML config per goal "
                                                       "here.")]
 
@@ -91,18 +95,24 @@ def lint(
 
 @app.command()
 def advise(
-    model: ModelOpt = "qwen2.5-14b",
+    model: ModelOpt = GUIDE_MODEL,
     gpu: Annotated[str, typer.Option(help="GPU from the catalog.")] = "a100-80gb",
-    quant: Annotated[str | None, typer.Option(help="bf16, fp16, fp8, int8, awq, gptq.")] = "awq",
+    quant: QuantOpt = None,
     workload: WorkloadOpt = "chat",
     rate: Annotated[float | None, typer.Option(help="Request rate (req/s) to size for; "
                                                 "overrides the workload's.")] = None,
+    tensor_parallel_size: Annotated[int, typer.Option(
+        min=1, max=64, help="GPUs one server splits the model across.")] = 1,
     vllm_version: VersionOpt = str(DEFAULT_VLLM_VERSION),
     yaml_dir: YamlDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the picks as JSON.")] = False,
 ) -> int:
     """Instant, explained starting points for four goals: max throughput, low latency,
-    memory-limited and balanced. The defaults are the field guide's own setup."""
+    memory-limited and balanced. The defaults are the field guide's own setup.
+
+    Exit 0: picks printed; 1: the model does not fit (the finding names the tensor-parallel
+    size that fits); 2: unusable input.
+    """
     from sweetspot.tune.advise import advise as make_advice
 
     version = parse_vllm_version(vllm_version)
@@ -113,7 +123,9 @@ def advise(
             raise SweetspotError(f"--rate must be positive, not {rate:g}")
         wl = dataclasses.replace(wl, arrival=ArrivalSpec(process="poisson", rate=rate))
     q = load_quantization(quant) if quant else None
-    advice = make_advice(model, hardware, wl, version, q)
+    advice = make_advice(model, hardware, wl, version, q, tensor_parallel_size)
+    if advice.unfit is not None:
+        return _print_unfit(advice, as_json)
     if yaml_dir is not None:
         try:
             yaml_dir.mkdir(parents=True, exist_ok=True)
@@ -150,6 +162,22 @@ def advise(
     for note in advice.guide_notes:
         _out.print(f"  - {note}", markup=False)
     return 0
+
+
+def _print_unfit(advice, as_json: bool) -> int:
+    """A model that does not fit: the finding instead of commands that cannot start."""
+    unfit = advice.unfit
+    hint = (f" (rerun with --tensor-parallel-size {unfit.tensor_parallel_size})"
+            if unfit.tensor_parallel_size else "")
+    if as_json:
+        _out.print_json(json.dumps({**_advice_dict(advice), "fits": False,
+                                    "finding": unfit.message,
+                                    "tensor_parallel_size": unfit.tensor_parallel_size}))
+        return 1
+    _out.print(f"sweetspot advise: {advice.model_ref} ({advice.quant.name}) on "
+               f"{advice.hardware.display_name}, vLLM {advice.version}", markup=False)
+    _out.print(f"{unfit.message}{hint}", markup=False)
+    return 1
 
 
 def _advice_dict(advice) -> dict:
@@ -509,8 +537,6 @@ def _print_result(measurement) -> None:
 
 SettingsOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="knob=value, e.g. max_num_seqs=128 (repeatable).")]
-QuantOpt = Annotated[str | None, typer.Option(help="bf16, fp16, fp8, int8, awq, gptq "
-                                                   "(default: what the checkpoint is).")]
 CpuKvOpt = Annotated[float | None, typer.Option(
     "--cpu-kvcache-space", min=0.01, help="VLLM_CPU_KVCACHE_SPACE in GiB (CPU build).")]
 
@@ -519,12 +545,11 @@ def _sim_setup(model: str, gpu: str, quant: str | None, settings: list[str] | No
                vllm_version: str, cpu_kv_gib: float | None, acceptance: float | None = None):
     from sweetspot.backends.sim import SimSetup
     from sweetspot.spec.knobs import parse_settings
-    from sweetspot.spec.model import load_model
+    from sweetspot.spec.model import checkpoint_quantization, load_model
 
     hardware = load_hardware(gpu)
     resolved = load_model(model)
-    q = load_quantization(quant) if quant else (resolved.quantization
-                                                or resolved.arch.default_quantization())
+    q = checkpoint_quantization(model, resolved, load_quantization(quant) if quant else None)
     if acceptance is not None and not 0 <= acceptance <= 1:
         raise SweetspotError(f"--acceptance must be between 0 and 1, not {acceptance:g}")
     return SimSetup(hardware, resolved.arch, q, parse_settings(settings or []),
@@ -588,6 +613,13 @@ def simulate(
             "step_model": "calibrated" if step_model else "roofline"}
     else:
         _out.print(f"trial: {run.status} — {run.cause}", markup=False)
+        unfit = _sim_unfit(setup, run) if run.status == "oom" else None
+        if unfit is not None:
+            hint = (f" (simulate it with --set tensor_parallel_size={unfit.tensor_parallel_size})"
+                    if unfit.tensor_parallel_size else "")
+            _out.print(unfit.message + hint, markup=False)
+            data["fit"] = {"finding": unfit.message,
+                           "tensor_parallel_size": unfit.tensor_parallel_size}
     data["sweetspot"] = {"model": setup.arch.name, "gpu": setup.hardware.name,
                          "quant": setup.quant.name, "vllm_version": str(setup.version),
                          "workload": wl.name, "num_requests": len(requests),
@@ -599,6 +631,18 @@ def simulate(
         except OSError as exc:
             raise SweetspotError(f"cannot write {json_path}: {exc}") from None
     return 0 if run.status == "ok" else 1
+
+
+def _sim_unfit(setup, run):
+    """The memory model's finding for a simulated start-up that failed: on how many GPUs the
+    configuration would start."""
+    from sweetspot.backends.sim.speculative import plan_speculation
+    from sweetspot.engine.memory import fit_finding
+
+    plan = plan_speculation(run.config.speculative, setup.arch, setup.spec_acceptance)
+    return fit_finding(setup.arch, setup.quant, setup.hardware, run.config, setup.version,
+                       draft=None if isinstance(plan, str) else plan.draft,
+                       cpu_kvcache_space_bytes=setup.cpu_kvcache_space_bytes)
 
 
 def _print_sim_facts(run) -> None:
