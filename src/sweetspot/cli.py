@@ -760,12 +760,14 @@ def calibrate(
 
 @app.command()
 def tune(
-    model: ModelOpt = "qwen2.5-14b",
+    model: ModelOpt = GUIDE_MODEL,
     gpu: Annotated[str, typer.Option(help="GPU from the catalog (cpu for the CPU build).")
                    ] = "a100-80gb",
-    quant: QuantOpt = "awq",
+    quant: QuantOpt = None,
     workload: WorkloadOpt = "chat",
-    vllm_version: VersionOpt = str(DEFAULT_VLLM_VERSION),
+    vllm_version: Annotated[str | None, typer.Option(
+        "--vllm-version", help=f"Target vLLM release (default {DEFAULT_VLLM_VERSION}; "
+                               "--backend vllm: the one --vllm-python has).")] = None,
     backend: Annotated[str, typer.Option(help="sim (predict), vllm (launch real servers), "
                                               "endpoint (the server at --url, as it runs: "
                                               "--strategy rate).")] = "sim",
@@ -807,8 +809,9 @@ def tune(
                                                           "its stored settings.")] = False,
     report_dir: Annotated[Path | None, typer.Option(help="Report folder (default "
                                                          ".sweetspot/reports/STUDY).")] = None,
-    vllm_python: Annotated[str | None, typer.Option(help="Interpreter with vLLM (backend "
-                                                         "vllm).")] = None,
+    vllm_python: Annotated[str | None, typer.Option(
+        help="Interpreter with vLLM (backend vllm; default $SWEETSPOT_VLLM_PYTHON, else "
+             "this one).")] = None,
     launch_template: Annotated[str | None, typer.Option(help="Launch command for vLLM "
                                                              "elsewhere (backend vllm).")] = None,
     tokenizer: Annotated[str | None, typer.Option(help="Tokenizer folder (backend vllm).")
@@ -877,6 +880,8 @@ def tune(
     _print_study(data, elapsed)
     out = report_dir or Path(".sweetspot") / "reports" / settings.name
     _write_report(data, out)
+    for line in _all_failed(data):
+        _out.print(line, markup=False)
     if settings.strategy == "rate":
         return 0 if (data.get("rate_search") or {}).get("max_rate") else 1
     return 0 if data["picks"] else 1
@@ -911,15 +916,18 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
     if strategy == "rate" and not slo:
         raise SweetspotError("--strategy rate finds the highest rate that meets the SLOs: give "
                              "them with --slo, e.g. p99_ttft=2s,p99_tpot=60ms")
-    version = parse_vllm_version(vllm_version)
+    python = vllm_python or os.environ.get("SWEETSPOT_VLLM_PYTHON") or sys.executable
+    if backend == "vllm" and launch_template is None:
+        version = _installed_vllm(python, vllm_version)
+    else:
+        version = parse_vllm_version(vllm_version)
     hardware = load_hardware(gpu)
     wl = load_workload(workload)
     slos = parse_slos(slo)
-    from sweetspot.spec.model import load_model
+    from sweetspot.spec.model import checkpoint_quantization, load_model
 
     resolved = load_model(model)
-    if quant:
-        load_quantization(quant)
+    q = checkpoint_quantization(model, resolved, load_quantization(quant) if quant else None)
     config = None
     if baseline:
         report = lint_command(baseline, version, hardware)
@@ -929,9 +937,12 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
     from sweetspot.spec.knobs import ServingConfig
     from sweetspot.tune.advise import _checkpoint
 
-    q = load_quantization(quant) if quant else (resolved.quantization
-                                               or resolved.arch.default_quantization())
     model_ref = _checkpoint(model, resolved.arch, q, resolved.quantization)
+    config = config or ServingConfig()
+    if backend != "endpoint" and config.quantization is None and q.vllm_flag:
+        # vLLM quantises at load time only when told (fp8): every trial's server must be, so
+        # what is measured is what the picks' commands serve.
+        config = config.replace(quantization=q.vllm_flag)
     seconds = _parse_duration(time_budget) if time_budget else None
     real = backend != "sim"  # measured, not predicted
     vllm: dict = {}
@@ -942,8 +953,7 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
             if not sep or not key:
                 raise SweetspotError(f"bad --env {item!r}: expected KEY=VALUE")
             env[key] = value
-        vllm = {"python": vllm_python or os.environ.get("SWEETSPOT_VLLM_PYTHON")
-                or sys.executable, "template": launch_template, "tokenizer": tokenizer,
+        vllm = {"python": python, "template": launch_template, "tokenizer": tokenizer,
                 "env": env, "trials_dir": str(trials_dir),
                 "args": shlex.split(server_args or "")}
     if backend == "endpoint":
@@ -957,13 +967,26 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
                           f"{_time.strftime('%Y%m%d-%H%M%S')}")
     return StudySettings(
         name=name, model=model_ref if not real else model, gpu=hardware.name,
-        quant=q.name if not real else quant, vllm_version=str(version),
+        quant=q.name, vllm_version=str(version),
         workload=workload_to_dict(wl), num_requests=num_requests or (64 if real else 300),
-        slos=slos, space={}, baseline=config_to_json(config or ServingConfig()),
+        slos=slos, space={}, baseline=config_to_json(config),
         strategy=strategy, objective=objective,
         trials=trials or (None if seconds and not real else (8 if real else 60)),
         seconds=seconds, seed=seed, confirm_repeats=confirm, memory_limit_gib=memory_gib,
         backend=backend, vllm=vllm, calibration=str(calibration) if calibration else None)
+
+
+def _installed_vllm(python: str, asked: str | None):
+    """The release the launched servers run: the vLLM ``python`` imports. A different
+    --vllm-version would render the picks for a release no trial measured."""
+    from sweetspot.backends.vllm.installed import detect_vllm
+
+    installed = parse_vllm_version(str(detect_vllm(python).version))
+    if asked is not None and parse_vllm_version(asked) != installed:
+        raise SweetspotError(f"--vllm-version {asked}: {python} has vLLM {installed}, the "
+                             "release the trials run; leave --vllm-version out, or use "
+                             "--launch-template for another release")
+    return installed
 
 
 def _parse_duration(text: str) -> float:
@@ -1009,7 +1032,9 @@ def _print_study(data: dict, elapsed_s: float) -> None:
                       "" if gain is None else f"{gain:+.0%}")
     _out.print(table)
     if not data["picks"] and not data.get("rate_search"):
-        _out.print("no configuration met the SLOs; see the trials in the report", markup=False)
+        _out.print("no configuration met the SLOs; see the trials in the report" if data["slos"]
+                   else "no configuration served every request; see the trials in the report",
+                   markup=False)
     for pick in data["picks"]:
         _out.print(f"\n[bold]{pick['goal']}[/bold] (trial {pick['trial']})")
         _out.print(pick["command"], markup=False)
@@ -1024,6 +1049,42 @@ def _print_study(data: dict, elapsed_s: float) -> None:
                    markup=False)
     if data.get("rate_search"):
         _print_rate_search(data["rate_search"])
+
+
+def _all_failed(data: dict) -> list[str]:
+    """When no trial ran: how the trials failed, and when memory was the cause, on how many
+    GPUs the baseline would start (the memory model's finding)."""
+    from collections import Counter
+
+    from sweetspot.engine.memory import fit_finding
+    from sweetspot.spec.model import checkpoint_quantization, load_model
+    from sweetspot.tune.tuner import config_from_json
+
+    rows = data["trials"]
+    if not rows or any(r["status"] == "ok" for r in rows):
+        return []
+    counts = Counter(r["status"] for r in rows)
+    first = {r["status"]: r["cause"] for r in reversed(rows)}
+    lines = ["every trial failed: " + "; ".join(
+        f"{n} {status} (e.g. {' '.join(str(first[status]).split())})"
+        for status, n in counts.most_common())]
+    settings = data["settings"]
+    ooms = [r for r in rows if r["status"] == "oom"]
+    base = next((r for r in ooms if r["number"] == data["baseline"]), ooms[0] if ooms else None)
+    if base is None or settings.get("backend") == "endpoint":
+        return lines
+    resolved = load_model(settings["model"])
+    quant = checkpoint_quantization(settings["model"], resolved, load_quantization(
+        settings["quant"]) if settings.get("quant") else None)
+    unfit = fit_finding(resolved.arch, quant, load_hardware(settings["gpu"]),
+                        config_from_json(base["config"]),
+                        parse_vllm_version(settings["vllm_version"]))
+    if unfit is not None:
+        tp = unfit.tensor_parallel_size
+        lines.append(unfit.message + (
+            f" (tune that with --baseline \"vllm serve {settings['model']} "
+            f"--tensor-parallel-size {tp}\")" if tp else ""))
+    return lines
 
 
 def _print_rate_search(search: dict) -> None:
