@@ -207,3 +207,47 @@ def test_simulate_a_model_that_does_not_fit_names_tensor_parallelism(tmp_path):
     assert json.loads(out.read_text())["fit"]["tensor_parallel_size"] == 2
     split = run_cli(*args, "--set", "tensor_parallel_size=2")
     assert split.returncode == 0, split.stdout + split.stderr
+
+
+def test_a_missing_dependency_names_what_to_install(tmp_path, monkeypatch):
+    """A broken environment (optuna blocked from importing, as if never installed) is one
+    line naming the package and how to install it, exit 2; not an internal error."""
+    import os
+
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\n\n\n"
+        "class _Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'optuna':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n\n\n"
+        "sys.meta_path.insert(0, _Block())\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    result = run_cli("tune", "--trials", "2", "--storage", f"sqlite:///{tmp_path / 's.db'}")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: missing dependency: the Python package optuna is "
+                                    "not installed; pip install")
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("module", "says"), [
+    ("yaml", "the Python package pyyaml is not installed; pip install "),
+    ("pynvml", "nvidia-ml-py is not installed"),
+    ("vllm", "pass --vllm-python with an interpreter that has it"),
+    ("some_plugin", "some-plugin is not installed; pip install some-plugin"),
+])
+def test_missing_module_to_pip_package(module, says):
+    from sweetspot.cli import _missing_dependency
+
+    assert says in _missing_dependency(ModuleNotFoundError("gone", name=module))
+
+
+def test_sweetspots_own_import_failure_stays_an_internal_error():
+    from sweetspot.cli import _missing_dependency
+
+    assert _missing_dependency(ModuleNotFoundError("gone", name="sweetspot.tune.nope")) is None
+    assert _missing_dependency(ImportError("no name")) is None
+    older = _missing_dependency(ImportError("cannot import name 'X' from 'optuna'",
+                                            name="optuna"))
+    assert older.startswith("the installed optuna lacks what sweetspot needs")

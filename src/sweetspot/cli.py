@@ -1271,6 +1271,8 @@ def main(argv: list[str] | None = None) -> None:
         # Typer vendors Click, so its usage errors are matched by shape, not by class.
         if callable(getattr(exc, "format_message", None)) and hasattr(exc, "exit_code"):
             _fail(exc.format_message(), 2)
+        if isinstance(exc, ImportError) and (missing := _missing_dependency(exc)):
+            _fail(missing, 2)
         if os.environ.get("SWEETSPOT_DEBUG"):
             raise
         _fail(f"internal error ({type(exc).__name__}: {exc}); "
@@ -1278,6 +1280,42 @@ def main(argv: list[str] | None = None) -> None:
     if code == 130:  # Typer turns KeyboardInterrupt into exit code 130
         _fail("terminated", 143) if _terminated else _fail("interrupted", 130)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+# Import names whose pip package is spelled otherwise; any other installs as its own name.
+_PIP_NAMES = {"yaml": "pyyaml", "pynvml": "nvidia-ml-py", "prometheus_client": "prometheus-client"}
+
+
+def _missing_dependency(exc: ImportError) -> str | None:
+    """What to install for a third-party import a command failed on (commands import their
+    heavy dependencies when they run, so a broken environment shows there, not at start-up);
+    None for sweetspot's own modules, whose failure is a bug."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    module = (exc.name or "").split(".")[0]
+    if not module or module == "sweetspot":
+        return None
+    package = _PIP_NAMES.get(module, module.replace("_", "-"))
+    try:
+        requirements = [Requirement(r) for r in metadata.requires("vllm-sweetspot") or ()]
+    except metadata.PackageNotFoundError:  # run from a source tree
+        requirements = []
+    wanted = next((r for r in requirements if r.name.lower() == package.lower()), None)
+    if module == "vllm":
+        how = ("pip install vllm, or pass --vllm-python with an interpreter that has it "
+               "(SWEETSPOT_VLLM_PYTHON)")
+    elif wanted is not None and wanted.marker is not None and "extra" in str(wanted.marker):
+        extra = str(wanted.marker).split("==")[-1].strip(" '\"")
+        how = f"pip install 'vllm-sweetspot[{extra}]' (or pip install '{wanted}')"
+    elif wanted is not None:
+        how = f"pip install '{wanted}' (a dependency of vllm-sweetspot)"
+    else:
+        how = f"pip install {package}"
+    if isinstance(exc, ModuleNotFoundError) and exc.name == module:
+        return f"missing dependency: the Python package {package} is not installed; {how}"
+    return f"the installed {package} lacks what sweetspot needs ({exc}); {how}"
 
 
 def _fail(message: str, code: int) -> None:
