@@ -3,6 +3,10 @@
 Every command turns its options into specs at this edge, calls one function, and renders the
 result. Bad input raises ``SweetspotError`` (or a Click usage error) and ends here as one line on
 stderr with exit code 2.
+
+Exit codes: 0 an answer; 1 a finding that is "no" (lint found problems; a trial failed; a model
+does not fit, with the tensor-parallel size that does; a study with no pick); 2 unusable input or
+a missing dependency (named, with its pip install); 70 a bug; 130 / 143 interrupted / terminated.
 """
 
 from __future__ import annotations
@@ -578,7 +582,11 @@ def simulate(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the result here.")
                          ] = None,
 ) -> int:
-    """Predict what `sweetspot bench` would measure for a configuration, without a GPU."""
+    """Predict what `sweetspot bench` would measure for a configuration, without a GPU.
+
+    Exit 0: it ran; 1: vLLM would refuse the configuration (an oom names the tensor-parallel
+    size that fits); 2: unusable input.
+    """
     from sweetspot.backends.sim import simulate as run_sim
     from sweetspot.backends.sim.calibration import load_calibration
     from sweetspot.metrics.run import Measurement
@@ -826,7 +834,11 @@ def tune(
 ) -> int:
     """Find the best configuration: search the space on the simulator (default) or real vLLM,
     print four picks (max throughput, low latency, memory-limited, balanced) with commands,
-    and write a report."""
+    and write a report.
+
+    Exit 0: picks (rate: a rate met the SLOs); 1: none — when every trial failed, the causes
+    and, for memory, the tensor-parallel size that fits; 2: unusable input.
+    """
     import time as _time
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
