@@ -169,3 +169,85 @@ def test_simulate_bad_input_is_one_line_exit_2(args, message):
     assert result.returncode == 2, result.stdout
     assert result.stderr.startswith("error:") and message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_advise_a_model_that_does_not_fit_says_so_and_names_tensor_parallelism():
+    """Llama-3.1-70B in bf16 (131 GiB) on one H100: no command that cannot start, exit 1."""
+    from sweetspot.engine.lint import lint_command
+    from sweetspot.spec.hardware import load_hardware
+    from sweetspot.spec.version import parse_vllm_version
+
+    args = ("advise", "--model", "llama-3.1-70b", "--quant", "bf16", "--gpu", "h100")
+    result = run_cli(*args)
+    assert result.returncode == 1, result.stderr
+    assert "does not fit on one NVIDIA H100" in result.stdout
+    assert "--tensor-parallel-size 2 on 2 GPUs" in result.stdout
+    assert "vllm serve" not in result.stdout and not result.stderr
+    data = json.loads(run_cli(*args, "--json").stdout)
+    assert data["fits"] is False and data["tensor_parallel_size"] == 2 and data["picks"] == []
+    split = run_cli(*args, "--tensor-parallel-size", "2", "--json")
+    assert split.returncode == 0, split.stderr
+    picks = json.loads(split.stdout)["picks"]
+    assert len(picks) == 4
+    for pick in picks:
+        assert "--tensor-parallel-size 2" in pick["command"]
+        report = lint_command(pick["command"], parse_vllm_version("0.33.0"),
+                              load_hardware("h100"))
+        assert report.exit_code == 0, (pick["command"], report.findings)
+
+
+def test_simulate_a_model_that_does_not_fit_names_tensor_parallelism(tmp_path):
+    out = tmp_path / "sim.json"
+    args = ("simulate", "--model", "llama-3.1-70b", "--quant", "bf16", "--gpu", "h100",
+            "--num-requests", "20", "--set", "max_model_len=8192")
+    result = run_cli(*args, "--json", str(out))
+    assert result.returncode == 1, result.stderr
+    assert "trial: oom" in result.stdout and "Traceback" not in result.stderr
+    assert "--tensor-parallel-size 2 on 2 GPUs" in result.stdout
+    assert json.loads(out.read_text())["fit"]["tensor_parallel_size"] == 2
+    split = run_cli(*args, "--set", "tensor_parallel_size=2")
+    assert split.returncode == 0, split.stdout + split.stderr
+
+
+def test_a_missing_dependency_names_what_to_install(tmp_path, monkeypatch):
+    """A broken environment (optuna blocked from importing, as if never installed) is one
+    line naming the package and how to install it, exit 2; not an internal error."""
+    import os
+
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\n\n\n"
+        "class _Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'optuna':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n\n\n"
+        "sys.meta_path.insert(0, _Block())\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    result = run_cli("tune", "--trials", "2", "--storage", f"sqlite:///{tmp_path / 's.db'}")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: missing dependency: the Python package optuna is "
+                                    "not installed; pip install")
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("module", "says"), [
+    ("yaml", "the Python package pyyaml is not installed; pip install "),
+    ("pynvml", "nvidia-ml-py is not installed"),
+    ("vllm", "pass --vllm-python with an interpreter that has it"),
+    ("some_plugin", "some-plugin is not installed; pip install some-plugin"),
+])
+def test_missing_module_to_pip_package(module, says):
+    from sweetspot.cli import _missing_dependency
+
+    assert says in _missing_dependency(ModuleNotFoundError("gone", name=module))
+
+
+def test_sweetspots_own_import_failure_stays_an_internal_error():
+    from sweetspot.cli import _missing_dependency
+
+    assert _missing_dependency(ModuleNotFoundError("gone", name="sweetspot.tune.nope")) is None
+    assert _missing_dependency(ImportError("no name")) is None
+    older = _missing_dependency(ImportError("cannot import name 'X' from 'optuna'",
+                                            name="optuna"))
+    assert older.startswith("the installed optuna lacks what sweetspot needs")

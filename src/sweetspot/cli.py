@@ -3,6 +3,10 @@
 Every command turns its options into specs at this edge, calls one function, and renders the
 result. Bad input raises ``SweetspotError`` (or a Click usage error) and ends here as one line on
 stderr with exit code 2.
+
+Exit codes: 0 an answer; 1 a finding that is "no" (lint found problems; a trial failed; a model
+does not fit, with the tensor-parallel size that does; a study with no pick); 2 unusable input or
+a missing dependency (named, with its pip install); 70 a bug; 130 / 143 interrupted / terminated.
 """
 
 from __future__ import annotations
@@ -49,6 +53,10 @@ VersionOpt = Annotated[
 ModelOpt = Annotated[str, typer.Option(help="Catalog name, HF id or folder with config.json.")]
 WorkloadOpt = Annotated[str, typer.Option(help=f"Preset ({', '.join(PRESETS)}) or YAML/JSON "
                                                "file.")]
+QuantOpt = Annotated[str | None, typer.Option(help="bf16, fp16, fp8, int8, awq, gptq "
+                                                   "(default: what the checkpoint is).")]
+# The field guide's setup, the default of advise and tune: Qwen2.5-14B's AWQ checkpoint.
+GUIDE_MODEL = "Qwen/Qwen2.5-14B-Instruct-AWQ"
 YamlDirOpt = Annotated[Path | None, typer.Option(help="Also write one vLLM YAML config per goal "
                                                       "here.")]
 
@@ -92,18 +100,24 @@ def lint(
 
 @app.command()
 def advise(
-    model: ModelOpt = "qwen2.5-14b",
+    model: ModelOpt = GUIDE_MODEL,
     gpu: Annotated[str, typer.Option(help="GPU from the catalog.")] = "a100-80gb",
-    quant: Annotated[str | None, typer.Option(help="bf16, fp16, fp8, int8, awq, gptq.")] = "awq",
+    quant: QuantOpt = None,
     workload: WorkloadOpt = "chat",
     rate: Annotated[float | None, typer.Option(help="Request rate (req/s) to size for; "
                                                 "overrides the workload's.")] = None,
+    tensor_parallel_size: Annotated[int, typer.Option(
+        min=1, max=64, help="GPUs one server splits the model across.")] = 1,
     vllm_version: VersionOpt = str(DEFAULT_VLLM_VERSION),
     yaml_dir: YamlDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the picks as JSON.")] = False,
 ) -> int:
     """Instant, explained starting points for four goals: max throughput, low latency,
-    memory-limited and balanced. The defaults are the field guide's own setup."""
+    memory-limited and balanced. The defaults are the field guide's own setup.
+
+    Exit 0: picks printed; 1: the model does not fit (the finding names the tensor-parallel
+    size that fits); 2: unusable input.
+    """
     from sweetspot.tune.advise import advise as make_advice
 
     version = parse_vllm_version(vllm_version)
@@ -114,7 +128,9 @@ def advise(
             raise SweetspotError(f"--rate must be positive, not {rate:g}")
         wl = dataclasses.replace(wl, arrival=ArrivalSpec(process="poisson", rate=rate))
     q = load_quantization(quant) if quant else None
-    advice = make_advice(model, hardware, wl, version, q)
+    advice = make_advice(model, hardware, wl, version, q, tensor_parallel_size)
+    if advice.unfit is not None:
+        return _print_unfit(advice, as_json)
     if yaml_dir is not None:
         try:
             yaml_dir.mkdir(parents=True, exist_ok=True)
@@ -151,6 +167,22 @@ def advise(
     for note in advice.guide_notes:
         _out.print(f"  - {note}", markup=False)
     return 0
+
+
+def _print_unfit(advice, as_json: bool) -> int:
+    """A model that does not fit: the finding instead of commands that cannot start."""
+    unfit = advice.unfit
+    hint = (f" (rerun with --tensor-parallel-size {unfit.tensor_parallel_size})"
+            if unfit.tensor_parallel_size else "")
+    if as_json:
+        _out.print_json(json.dumps({**_advice_dict(advice), "fits": False,
+                                    "finding": unfit.message,
+                                    "tensor_parallel_size": unfit.tensor_parallel_size}))
+        return 1
+    _out.print(f"sweetspot advise: {advice.model_ref} ({advice.quant.name}) on "
+               f"{advice.hardware.display_name}, vLLM {advice.version}", markup=False)
+    _out.print(f"{unfit.message}{hint}", markup=False)
+    return 1
 
 
 def _advice_dict(advice) -> dict:
@@ -565,8 +597,6 @@ def _print_result(measurement) -> None:
 
 SettingsOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="knob=value, e.g. max_num_seqs=128 (repeatable).")]
-QuantOpt = Annotated[str | None, typer.Option(help="bf16, fp16, fp8, int8, awq, gptq "
-                                                   "(default: what the checkpoint is).")]
 CpuKvOpt = Annotated[float | None, typer.Option(
     "--cpu-kvcache-space", min=0.01, help="VLLM_CPU_KVCACHE_SPACE in GiB (CPU build).")]
 
@@ -575,12 +605,11 @@ def _sim_setup(model: str, gpu: str, quant: str | None, settings: list[str] | No
                vllm_version: str, cpu_kv_gib: float | None, acceptance: float | None = None):
     from sweetspot.backends.sim import SimSetup
     from sweetspot.spec.knobs import parse_settings
-    from sweetspot.spec.model import load_model
+    from sweetspot.spec.model import checkpoint_quantization, load_model
 
     hardware = load_hardware(gpu)
     resolved = load_model(model)
-    q = load_quantization(quant) if quant else (resolved.quantization
-                                                or resolved.arch.default_quantization())
+    q = checkpoint_quantization(model, resolved, load_quantization(quant) if quant else None)
     if acceptance is not None and not 0 <= acceptance <= 1:
         raise SweetspotError(f"--acceptance must be between 0 and 1, not {acceptance:g}")
     return SimSetup(hardware, resolved.arch, q, parse_settings(settings or []),
@@ -609,7 +638,11 @@ def simulate(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the result here.")
                          ] = None,
 ) -> int:
-    """Predict what `sweetspot bench` would measure for a configuration, without a GPU."""
+    """Predict what `sweetspot bench` would measure for a configuration, without a GPU.
+
+    Exit 0: it ran; 1: vLLM would refuse the configuration (an oom names the tensor-parallel
+    size that fits); 2: unusable input.
+    """
     from sweetspot.backends.sim import simulate as run_sim
     from sweetspot.backends.sim.calibration import load_calibration
     from sweetspot.metrics.run import Measurement
@@ -644,6 +677,13 @@ def simulate(
             "step_model": "calibrated" if step_model else "roofline"}
     else:
         _out.print(f"trial: {run.status} — {run.cause}", markup=False)
+        unfit = _sim_unfit(setup, run) if run.status == "oom" else None
+        if unfit is not None:
+            hint = (f" (simulate it with --set tensor_parallel_size={unfit.tensor_parallel_size})"
+                    if unfit.tensor_parallel_size else "")
+            _out.print(unfit.message + hint, markup=False)
+            data["fit"] = {"finding": unfit.message,
+                           "tensor_parallel_size": unfit.tensor_parallel_size}
     data["sweetspot"] = {"model": setup.arch.name, "gpu": setup.hardware.name,
                          "quant": setup.quant.name, "vllm_version": str(setup.version),
                          "workload": wl.name, "num_requests": len(requests),
@@ -655,6 +695,18 @@ def simulate(
         except OSError as exc:
             raise SweetspotError(f"cannot write {json_path}: {exc}") from None
     return 0 if run.status == "ok" else 1
+
+
+def _sim_unfit(setup, run):
+    """The memory model's finding for a simulated start-up that failed: on how many GPUs the
+    configuration would start."""
+    from sweetspot.backends.sim.speculative import plan_speculation
+    from sweetspot.engine.memory import fit_finding
+
+    plan = plan_speculation(run.config.speculative, setup.arch, setup.spec_acceptance)
+    return fit_finding(setup.arch, setup.quant, setup.hardware, run.config, setup.version,
+                       draft=None if isinstance(plan, str) else plan.draft,
+                       cpu_kvcache_space_bytes=setup.cpu_kvcache_space_bytes)
 
 
 def _print_sim_facts(run) -> None:
@@ -773,10 +825,11 @@ def calibrate(
 @app.command()
 def tune(
     model: Annotated[str | None, typer.Option(
-        help="Catalog name, HF id or folder with config.json (default: qwen2.5-14b).")] = None,
+        help=f"Catalog name, HF id or folder with config.json (default: {GUIDE_MODEL}).")
+                     ] = None,
     gpu: Annotated[str | None, typer.Option(
         help="GPU from the catalog, cpu for the CPU build (default: a100-80gb).")] = None,
-    quant: QuantOpt = "awq",
+    quant: QuantOpt = None,
     workload: Annotated[str | None, typer.Option(
         help=f"Preset ({', '.join(PRESETS)}) or YAML/JSON file (default: chat at --rate "
              "auto).")] = None,
@@ -786,7 +839,9 @@ def tune(
     acceptance: Annotated[float | None, typer.Option(
         min=0.0, max=1.0, help="Speculative acceptance per drafted token the simulator "
                                "assumes (default: per method).")] = None,
-    vllm_version: VersionOpt = str(DEFAULT_VLLM_VERSION),
+    vllm_version: Annotated[str | None, typer.Option(
+        "--vllm-version", help=f"Target vLLM release (default {DEFAULT_VLLM_VERSION}; "
+                               "--backend vllm: the one --vllm-python has).")] = None,
     backend: Annotated[str, typer.Option(help="sim (predict), vllm (launch real servers), "
                                               "endpoint (the server at --url, as it runs: "
                                               "--strategy rate).")] = "sim",
@@ -830,8 +885,9 @@ def tune(
                                                           "its stored settings.")] = False,
     report_dir: Annotated[Path | None, typer.Option(help="Report folder (default "
                                                          ".sweetspot/reports/STUDY).")] = None,
-    vllm_python: Annotated[str | None, typer.Option(help="Interpreter with vLLM (backend "
-                                                         "vllm).")] = None,
+    vllm_python: Annotated[str | None, typer.Option(
+        help="Interpreter with vLLM (backend vllm; default $SWEETSPOT_VLLM_PYTHON, else "
+             "this one).")] = None,
     launch_template: Annotated[str | None, typer.Option(help="Launch command for vLLM "
                                                              "elsewhere (backend vllm).")] = None,
     tokenizer: Annotated[str | None, typer.Option(help="Tokenizer folder (backend vllm).")
@@ -850,7 +906,11 @@ def tune(
 ) -> int:
     """Find the best configuration: search the space on the simulator (default) or real vLLM,
     print four picks (max throughput, low latency, memory-limited, balanced) with commands,
-    and write a report."""
+    and write a report.
+
+    Exit 0: picks (rate: a rate met the SLOs); 1: none — when every trial failed, the causes
+    and, for memory, the tensor-parallel size that fits; 2: unusable input.
+    """
     import time as _time
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
@@ -907,6 +967,8 @@ def tune(
     _print_study(data, elapsed)
     out = report_dir or Path(".sweetspot") / "reports" / settings.name
     _write_report(data, out)
+    for line in _all_failed(data):
+        _out.print(line, markup=False)
     if settings.strategy == "rate":
         return 0 if (data.get("rate_search") or {}).get("max_rate") else 1
     return 0 if data["picks"] else 1
@@ -946,8 +1008,12 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
         raise SweetspotError("--strategy rate finds the highest rate that meets the SLOs: give "
                              "them with --slo, e.g. p99_ttft=2s,p99_tpot=60ms")
     demo = model is None and gpu is None and workload is None and baseline is None
-    model, gpu = model or "qwen2.5-14b", gpu or "a100-80gb"
-    version = parse_vllm_version(vllm_version)
+    model, gpu = model or GUIDE_MODEL, gpu or "a100-80gb"
+    python = vllm_python or os.environ.get("SWEETSPOT_VLLM_PYTHON") or sys.executable
+    if backend == "vllm" and launch_template is None:
+        version = _installed_vllm(python, vllm_version)
+    else:
+        version = parse_vllm_version(vllm_version)
     hardware = load_hardware(gpu)
     offered = _parse_rate(rate if rate is not None or workload is not None else "auto")
     if demo and backend == "sim":
@@ -959,11 +1025,10 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
     if acceptance is not None and backend != "sim":
         raise SweetspotError("--acceptance is what the simulator assumes; a real server's "
                              "acceptance is measured (backend sim only)")
-    from sweetspot.spec.model import load_model
+    from sweetspot.spec.model import checkpoint_quantization, load_model
 
     resolved = load_model(model)
-    if quant:
-        load_quantization(quant)
+    q = checkpoint_quantization(model, resolved, load_quantization(quant) if quant else None)
     config = None
     if baseline:
         report = lint_command(baseline, version, hardware)
@@ -973,9 +1038,12 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
     from sweetspot.spec.knobs import ServingConfig
     from sweetspot.tune.advise import _checkpoint
 
-    q = load_quantization(quant) if quant else (resolved.quantization
-                                               or resolved.arch.default_quantization())
     model_ref = _checkpoint(model, resolved.arch, q, resolved.quantization)
+    config = config or ServingConfig()
+    if backend != "endpoint" and config.quantization is None and q.vllm_flag:
+        # vLLM quantises at load time only when told (fp8): every trial's server must be, so
+        # what is measured is what the picks' commands serve.
+        config = config.replace(quantization=q.vllm_flag)
     seconds = _parse_duration(time_budget) if time_budget else None
     real = backend != "sim"  # measured, not predicted
     vllm: dict = {}
@@ -986,8 +1054,7 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
             if not sep or not key:
                 raise SweetspotError(f"bad --env {item!r}: expected KEY=VALUE")
             env[key] = value
-        vllm = {"python": vllm_python or os.environ.get("SWEETSPOT_VLLM_PYTHON")
-                or sys.executable, "template": launch_template, "tokenizer": tokenizer,
+        vllm = {"python": python, "template": launch_template, "tokenizer": tokenizer,
                 "env": env, "trials_dir": str(trials_dir),
                 "args": shlex.split(server_args or "")}
         if dummy_weights:  # an option of every server, so a resumed study keeps it
@@ -1006,9 +1073,9 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
                           f"{_time.strftime('%Y%m%d-%H%M%S')}")
     return StudySettings(
         name=name, model=model_ref if not real else model, gpu=hardware.name,
-        quant=q.name if not real else quant, vllm_version=str(version),
+        quant=q.name, vllm_version=str(version),
         workload=workload_to_dict(wl), num_requests=num_requests or (64 if real else 300),
-        slos=slos, space={}, baseline=config_to_json(config or ServingConfig()),
+        slos=slos, space={}, baseline=config_to_json(config),
         strategy=strategy, objective=objective,
         trials=trials or (None if seconds and not real else (8 if real else 60)),
         seconds=seconds, seed=seed,
@@ -1105,6 +1172,19 @@ def _print_tune_commands(settings, changes: dict) -> int:
     return 0
 
 
+def _installed_vllm(python: str, asked: str | None):
+    """The release the launched servers run: the vLLM ``python`` imports. A different
+    --vllm-version would render the picks for a release no trial measured."""
+    from sweetspot.backends.vllm.installed import detect_vllm
+
+    installed = parse_vllm_version(str(detect_vllm(python).version))
+    if asked is not None and parse_vllm_version(asked) != installed:
+        raise SweetspotError(f"--vllm-version {asked}: {python} has vLLM {installed}, the "
+                             "release the trials run; leave --vllm-version out, or use "
+                             "--launch-template for another release")
+    return installed
+
+
 def _parse_duration(text: str) -> float:
     value = text.strip().lower()
     scale = {"s": 1, "m": 60, "h": 3600}.get(value[-1:])
@@ -1161,7 +1241,9 @@ def _print_study(data: dict, elapsed_s: float) -> None:
         _out.print("over: over capacity at the offered rate — the queue grows with the run, so "
                    "its latencies are not comparable", markup=False)
     if not data["picks"] and not data.get("rate_search"):
-        _out.print("no configuration met the SLOs; see the trials in the report", markup=False)
+        _out.print("no configuration met the SLOs; see the trials in the report" if data["slos"]
+                   else "no configuration served every request; see the trials in the report",
+                   markup=False)
     for pick in data["picks"]:
         _out.print(f"\n[bold]{pick['goal']}[/bold] (trial {pick['trial']})")
         _out.print(pick["command"], markup=False)
@@ -1176,6 +1258,42 @@ def _print_study(data: dict, elapsed_s: float) -> None:
                    markup=False)
     if data.get("rate_search"):
         _print_rate_search(data["rate_search"])
+
+
+def _all_failed(data: dict) -> list[str]:
+    """When no trial ran: how the trials failed, and when memory was the cause, on how many
+    GPUs the baseline would start (the memory model's finding)."""
+    from collections import Counter
+
+    from sweetspot.engine.memory import fit_finding
+    from sweetspot.spec.model import checkpoint_quantization, load_model
+    from sweetspot.tune.tuner import config_from_json
+
+    rows = data["trials"]
+    if not rows or any(r["status"] == "ok" for r in rows):
+        return []
+    counts = Counter(r["status"] for r in rows)
+    first = {r["status"]: r["cause"] for r in reversed(rows)}
+    lines = ["every trial failed: " + "; ".join(
+        f"{n} {status} (e.g. {' '.join(str(first[status]).split())})"
+        for status, n in counts.most_common())]
+    settings = data["settings"]
+    ooms = [r for r in rows if r["status"] == "oom"]
+    base = next((r for r in ooms if r["number"] == data["baseline"]), ooms[0] if ooms else None)
+    if base is None or settings.get("backend") == "endpoint":
+        return lines
+    resolved = load_model(settings["model"])
+    quant = checkpoint_quantization(settings["model"], resolved, load_quantization(
+        settings["quant"]) if settings.get("quant") else None)
+    unfit = fit_finding(resolved.arch, quant, load_hardware(settings["gpu"]),
+                        config_from_json(base["config"]),
+                        parse_vllm_version(settings["vllm_version"]))
+    if unfit is not None:
+        tp = unfit.tensor_parallel_size
+        lines.append(unfit.message + (
+            f" (tune that with --baseline \"vllm serve {settings['model']} "
+            f"--tensor-parallel-size {tp}\")" if tp else ""))
+    return lines
 
 
 def _print_rate_search(search: dict) -> None:
@@ -1364,6 +1482,8 @@ def main(argv: list[str] | None = None) -> None:
         # Typer vendors Click, so its usage errors are matched by shape, not by class.
         if callable(getattr(exc, "format_message", None)) and hasattr(exc, "exit_code"):
             _fail(exc.format_message(), 2)
+        if isinstance(exc, ImportError) and (missing := _missing_dependency(exc)):
+            _fail(missing, 2)
         if os.environ.get("SWEETSPOT_DEBUG"):
             raise
         _fail(f"internal error ({type(exc).__name__}: {exc}); "
@@ -1371,6 +1491,42 @@ def main(argv: list[str] | None = None) -> None:
     if code == 130:  # Typer turns KeyboardInterrupt into exit code 130
         _fail("terminated", 143) if _terminated else _fail("interrupted", 130)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+# Import names whose pip package is spelled otherwise; any other installs as its own name.
+_PIP_NAMES = {"yaml": "pyyaml", "pynvml": "nvidia-ml-py", "prometheus_client": "prometheus-client"}
+
+
+def _missing_dependency(exc: ImportError) -> str | None:
+    """What to install for a third-party import a command failed on (commands import their
+    heavy dependencies when they run, so a broken environment shows there, not at start-up);
+    None for sweetspot's own modules, whose failure is a bug."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    module = (exc.name or "").split(".")[0]
+    if not module or module == "sweetspot":
+        return None
+    package = _PIP_NAMES.get(module, module.replace("_", "-"))
+    try:
+        requirements = [Requirement(r) for r in metadata.requires("vllm-sweetspot") or ()]
+    except metadata.PackageNotFoundError:  # run from a source tree
+        requirements = []
+    wanted = next((r for r in requirements if r.name.lower() == package.lower()), None)
+    if module == "vllm":
+        how = ("pip install vllm, or pass --vllm-python with an interpreter that has it "
+               "(SWEETSPOT_VLLM_PYTHON)")
+    elif wanted is not None and wanted.marker is not None and "extra" in str(wanted.marker):
+        extra = str(wanted.marker).split("==")[-1].strip(" '\"")
+        how = f"pip install 'vllm-sweetspot[{extra}]' (or pip install '{wanted}')"
+    elif wanted is not None:
+        how = f"pip install '{wanted}' (a dependency of vllm-sweetspot)"
+    else:
+        how = f"pip install {package}"
+    if isinstance(exc, ModuleNotFoundError) and exc.name == module:
+        return f"missing dependency: the Python package {package} is not installed; {how}"
+    return f"the installed {package} lacks what sweetspot needs ({exc}); {how}"
 
 
 def _fail(message: str, code: int) -> None:

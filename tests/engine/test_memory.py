@@ -1,6 +1,9 @@
+import dataclasses
+import re
+
 import pytest
 
-from sweetspot.engine.memory import estimate_memory
+from sweetspot.engine.memory import estimate_memory, fit_finding
 from sweetspot.spec.hardware import GiB, load_hardware
 from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.model import load_model
@@ -104,3 +107,51 @@ def test_log_line_formats():
     assert new.startswith(f"GPU KV cache size: {est.kv_cache_tokens:,} tokens, Maximum "
                           "concurrency for 8,192 tokens per request: ")
     assert est.log_line(v("0.27.0")).count("\n") == 1
+
+
+def _finding(model, gpu, quant="bf16", **knobs):
+    return fit_finding(load_model(model).arch, load_quantization(quant), load_hardware(gpu),
+                       ServingConfig(**{"max_model_len": 4096, **knobs}), v("0.33.0"))
+
+
+def test_a_model_that_does_not_fit_names_the_smallest_tensor_parallel_size():
+    """Llama-3.1-70B in bf16 is 131 GiB of weights: not one H100 (79 GiB), two do."""
+    finding = _finding("llama-3.1-70b", "h100")
+    assert finding.tensor_parallel_size == 2
+    assert finding.message.startswith("llama-3.1-70b (bf16) does not fit on one NVIDIA H100")
+    assert "weights need 131.42 GiB" in finding.message
+    assert finding.message.endswith("--tensor-parallel-size 2 on 2 GPUs")
+    assert _finding("llama-3.1-70b", "h100", tensor_parallel_size=2) is None
+    assert _finding("llama-3.1-70b", "h100", "awq") is None  # 4-bit: one GPU
+    assert _finding("llama-3.1-70b", "l4").tensor_parallel_size == 8
+
+
+def test_no_suggestion_past_one_node_or_where_more_gpus_do_not_help():
+    small = dataclasses.replace(load_hardware("l4"), usable_memory_bytes=5 * GiB)
+    arch, bf16 = load_model("qwen2.5-7b").arch, load_quantization("bf16")
+    config = ServingConfig(max_model_len=1024, max_num_seqs=16, max_num_batched_tokens=1024,
+                           gpu_memory_utilization=0.8)
+    # 14.2 GiB of weights: 3.5 per GPU on 4 leave no KV room in 4 GiB; 8 GPUs would, but
+    # vLLM cannot split 28 attention heads 8 ways.
+    assert not estimate_memory(arch, bf16, small, config.replace(tensor_parallel_size=4),
+                               v("0.33.0")).ok
+    assert estimate_memory(arch, bf16, small, config.replace(tensor_parallel_size=8),
+                           v("0.33.0")).ok
+    finding = fit_finding(arch, bf16, small, config, v("0.33.0"))
+    assert finding.tensor_parallel_size is None
+    assert "not even --tensor-parallel-size 8 fits" in finding.message
+    # A utilisation above what is free at start-up is not a matter of GPUs.
+    too_high = _finding("llama-3.1-8b", "h100", gpu_memory_utilization=0.999)
+    assert too_high is not None and too_high.tensor_parallel_size is None
+    assert "Free memory on device" in too_high.message and "tensor" not in too_high.message
+
+
+def test_a_shorter_max_model_len_on_fewer_gpus_is_named_too():
+    """Llama-3.1-8B at its full 131,072 tokens needs 16 GiB of KV for one request: more than
+    one A10 has left after the weights, so two GPUs, or one with vLLM's estimated length."""
+    finding = _finding("llama-3.1-8b", "a10", max_model_len=131_072)
+    assert finding.tensor_parallel_size == 2
+    assert "max seq len (131072)" in finding.message
+    shorter = re.search(r"or on one GPU with --max-model-len (\d+) or less", finding.message)
+    assert shorter, finding.message
+    assert _finding("llama-3.1-8b", "a10", max_model_len=int(shorter[1])) is None

@@ -1,5 +1,6 @@
 import pytest
 
+from sweetspot._errors import SweetspotError
 from sweetspot.engine.lint import lint_command
 from sweetspot.spec.hardware import load_hardware
 from sweetspot.spec.quant import load_quantization
@@ -74,3 +75,28 @@ def test_guide_notes_follow_the_release():
     assert "lof does not exist" in notes and "0.92" in notes
     old = " ".join(guide_setup(version="0.10.0").guide_notes)
     assert "num-scheduler-steps" not in old  # still there in 0.10.0
+
+
+def test_quantisation_follows_the_checkpoint(qwen_folder):
+    """No --quant: what the checkpoint is (a bf16 folder stays bf16, the guide's AWQ id stays
+    AWQ); another scheme names its own checkpoint, or is applied at load time (fp8)."""
+    h100, chat, version = load_hardware("h100"), preset("chat"), v("0.33.0")
+    folder = advise(str(qwen_folder), h100, chat, version)
+    assert folder.quant.name == "bf16" and folder.model_ref == str(qwen_folder)
+    assert all("--quantization" not in p.command for p in folder.picks)
+    fp8 = advise(str(qwen_folder), h100, chat, version, load_quantization("fp8"))
+    assert all(p.command.startswith(f"vllm serve {qwen_folder} ") for p in fp8.picks)
+    assert all("--quantization fp8" in p.command and "quantization: fp8" in p.yaml
+               for p in fp8.picks)
+    with pytest.raises(SweetspotError, match="holds bf16 weights"):
+        advise(str(qwen_folder), h100, chat, version, load_quantization("awq"))
+    awq_id = "Qwen/Qwen2.5-14B-Instruct-AWQ"
+    assert advise(awq_id, h100, chat, version).quant.name == "awq"
+    bf16 = advise(awq_id, h100, chat, version, load_quantization("bf16"))
+    assert bf16.model_ref == "Qwen/Qwen2.5-14B-Instruct"
+
+
+def test_a_model_that_does_not_fit_gets_a_finding_not_picks():
+    advice = guide_setup(gpu="h100", model="llama-3.1-70b", quant="bf16")
+    assert advice.picks == () and advice.unfit.tensor_parallel_size == 2
+    assert guide_setup(gpu="h100", model="llama-3.1-70b", quant="awq").unfit is None

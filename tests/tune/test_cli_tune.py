@@ -203,3 +203,94 @@ def test_the_default_demo_gives_four_honest_picks(tmp_path: Path) -> None:
     assert fast["p99_ttft_ms"] < slow["p99_ttft_ms"]
     assert (fast["p99_ttft_ms"] * fast["p99_tpot_ms"]) ** 0.5 < (
         slow["p99_ttft_ms"] * slow["p99_tpot_ms"]) ** 0.5 * (1 - resolution)
+
+
+def _study(tmp_path: Path, *args: str):
+    """A small study on the simulator: a few trials, no confirmation runs."""
+    return run_cli("tune", "--trials", "3", "--num-requests", "40", "--confirm", "0",
+                   "--workload", "short", "--storage", f"sqlite:///{tmp_path / 'q.db'}",
+                   "--report-dir", str(tmp_path / "report"), *args)
+
+
+def test_quant_left_out_is_what_a_bf16_folder_holds(tmp_path: Path, qwen_folder: Path) -> None:
+    done = _study(tmp_path, "--model", str(qwen_folder), "--gpu", "h100")
+    assert done.returncode == 0, done.stderr + done.stdout
+    data = json.loads((tmp_path / "report" / "trials.json").read_text())
+    assert data["settings"]["quant"] == "bf16" and data["settings"]["model"] == str(qwen_folder)
+    commands = re.findall(r"^vllm serve .*$", done.stdout, flags=re.M)
+    assert commands and all(c.startswith(f"vllm serve {qwen_folder} ") for c in commands)
+    assert not any("--quantization" in c for c in commands)
+
+
+def test_quant_fp8_is_in_every_pick_command_and_yaml(tmp_path: Path) -> None:
+    """vLLM quantises a 16-bit checkpoint to FP8 only when told: without the flag the A10
+    would hold bf16 weights and less than half the KV cache the study simulated."""
+    done = _study(tmp_path, "--model", "qwen2.5-7b", "--gpu", "a10", "--quant", "fp8")
+    assert done.returncode == 0, done.stderr + done.stdout
+    commands = re.findall(r"^vllm serve .*$", done.stdout, flags=re.M)
+    assert len(commands) == 4
+    for command in commands:
+        assert command.startswith("vllm serve Qwen/Qwen2.5-7B-Instruct ")
+        assert "--quantization fp8" in command
+        report = lint_command(command, Version("0.33.0"), load_hardware("a10"))
+        assert report.exit_code == 0, (command, report.findings)
+    data = json.loads((tmp_path / "report" / "trials.json").read_text())
+    assert data["settings"]["quant"] == "fp8"
+    assert all("\nquantization: fp8\n" in p["yaml"] for p in data["picks"])
+
+
+def test_picks_of_a_stored_study_get_the_quantization_flag() -> None:
+    from sweetspot.spec.quant import load_quantization
+    from sweetspot.tune.study import _served
+
+    row = {"config": {"max_num_seqs": 64}}  # stored before trials carried --quantization
+    assert _served(row, load_quantization("fp8")).quantization == "fp8"
+    assert _served(row, load_quantization("awq")).quantization is None  # read from the weights
+    assert _served({"config": {"quantization": "fp8"}},
+                   load_quantization("bf16")).quantization == "fp8"
+
+
+def test_a_model_that_does_not_fit_ends_with_the_finding_not_a_crash(tmp_path: Path) -> None:
+    """Llama-3.1-70B in bf16 on one H100: every trial is an OOM. The study ends with how the
+    trials failed and how many GPUs would do (exit 1); its report has no figure to crash on
+    (8 trials: a whole one-knob sweep of failures once ended in 'cannot be log-scaled')."""
+    done = run_cli("tune", "--model", "llama-3.1-70b", "--quant", "bf16", "--gpu", "h100",
+                   "--trials", "8", "--num-requests", "40", "--confirm", "0",
+                   "--storage", f"sqlite:///{tmp_path / 'f.db'}",
+                   "--report-dir", str(tmp_path / "report"))
+    assert done.returncode == 1, done.stderr + done.stdout
+    assert not done.stderr.strip() and "Traceback" not in done.stdout
+    assert "every trial failed: 8 oom (e.g. Failed to load model" in done.stdout
+    assert "no configuration met the SLOs" not in done.stdout  # none were given
+    found = re.search(r"does not fit on one NVIDIA H100.*it fits with --tensor-parallel-size "
+                      r"(\d) on (\d) GPUs", done.stdout)
+    assert found and int(found[1]) >= 2 and found[1] == found[2], done.stdout
+    assert (tmp_path / "report" / "report.html").exists()
+
+
+def test_backend_vllm_records_the_release_the_servers_run(tmp_path: Path, qwen_folder: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """The target release's default is not what a launched server runs: the interpreter's
+    own vLLM is (a fake interpreter here, saying what detect_vllm asks)."""
+    from sweetspot._errors import SweetspotError
+    from sweetspot.cli import _new_settings
+
+    fake = tmp_path / "python"
+    said = json.dumps({"version": "0.32.0+cpu", "path": "vllm/__init__.py", "options": []})
+    fake.write_text(f"#!/bin/sh\necho 'SWEETSPOT-VLLM {said}'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def settings(version: str | None):
+        return _new_settings(
+            str(qwen_folder), "cpu", None, "short", version, "vllm", None, None, None, "auto",
+            "throughput", None, None, 0, None, 0, None, "s", str(fake), None, None, None,
+            None, tmp_path / "trials")
+
+    made = settings(None)
+    assert made.vllm_version == "0.32.0" and made.quant == "bf16"
+    assert made.vllm["python"] == str(fake)
+    assert settings("0.32.0").vllm_version == "0.32.0"
+    with pytest.raises(SweetspotError, match=re.escape("has vLLM 0.32.0, the release the")):
+        settings("0.33.0")

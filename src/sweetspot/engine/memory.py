@@ -28,7 +28,8 @@ from sweetspot.spec.knobs import ServingConfig, resolve_defaults
 from sweetspot.spec.model import ModelArch
 from sweetspot.spec.quant import Quantization
 
-__all__ = ["MemoryEstimate", "estimate_memory"]
+__all__ = ["TENSOR_PARALLEL_SIZES", "FitFinding", "MemoryEstimate", "estimate_memory",
+           "fit_finding", "smallest_tensor_parallel_size"]
 
 # Non-torch memory that appears during profiling (cuBLAS/cuDNN workspaces, allocator slack):
 # vLLM V1 logs 0.1-0.2 GiB on one GPU. Tensor parallelism adds NCCL and custom all-reduce
@@ -46,6 +47,9 @@ CUDA_GRAPH_BYTES = int(0.5 * GiB)
 # their fp32 copy, softmax probabilities, exponential draws and the quotient, some freed
 # before the next is made. 14 B fits the P6 case to 0.2 %.
 SAMPLER_BYTES_PER_LOGIT = 14
+# Tensor-parallel sizes a finding may suggest: the GPUs of one node. Past eight a model is split
+# across nodes (pipeline parallelism), which this memory model does not describe.
+TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,3 +227,85 @@ def _startup_failure(
             "--gpu-memory-utilization or use --enforce-eager."
         )
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class FitFinding:
+    """Why a configuration cannot start on the GPUs it asks for, and on how many it would."""
+
+    message: str  # one line: what does not fit, vLLM's reason, the tensor-parallel size that fits
+    tensor_parallel_size: int | None  # smallest that fits; None: none up to 8, or not a GPU
+
+
+def smallest_tensor_parallel_size(
+    arch: ModelArch,
+    quant: Quantization,
+    hardware: Hardware,
+    config: ServingConfig,
+    version: Version,
+    *,
+    draft: ModelArch | None = None,
+) -> int | None:
+    """The smallest tensor-parallel size, from the configured one up to 8, on which ``config``
+    starts; None when none does. vLLM also needs the attention heads to split evenly."""
+    start = config.tensor_parallel_size or 1
+    for tp in TENSOR_PARALLEL_SIZES:
+        if tp < start or arch.num_heads % tp:
+            continue
+        split = config.replace(tensor_parallel_size=tp)
+        if estimate_memory(arch, quant, hardware, split, version, draft=draft).ok:
+            return tp
+    return None
+
+
+def fit_finding(
+    arch: ModelArch,
+    quant: Quantization,
+    hardware: Hardware,
+    config: ServingConfig,
+    version: Version,
+    *,
+    draft: ModelArch | None = None,
+    cpu_kvcache_space_bytes: int | None = None,
+) -> FitFinding | None:
+    """None when ``config`` starts; else the finding every command reports instead of a
+    command line that cannot start."""
+    est = estimate_memory(arch, quant, hardware, config, version, draft=draft,
+                          cpu_kvcache_space_bytes=cpu_kvcache_space_bytes)
+    if est.ok:
+        return None
+    tp_now = config.tensor_parallel_size or 1
+    where = (f"one {hardware.display_name}" if tp_now == 1
+             else f"{tp_now} x {hardware.display_name} (--tensor-parallel-size {tp_now})")
+    reason = est.failure.split(". ")[0].rstrip(".")
+    head = f"{arch.name} ({quant.name}) does not fit on {where}: {reason}"
+    # More GPUs do not help a utilisation above what is free at start-up, nor the CPU build.
+    if hardware.is_cpu or est.total_bytes - CUDA_CONTEXT_BYTES < est.budget_bytes:
+        return FitFinding(head, None)
+    tp = smallest_tensor_parallel_size(arch, quant, hardware, config, version, draft=draft)
+    shorter = _shorter_model_len(arch, quant, hardware, config, version, draft, tp)
+    if tp is None:
+        return FitFinding(f"{head}; not even --tensor-parallel-size "
+                          f"{TENSOR_PARALLEL_SIZES[-1]} fits{shorter}: use GPUs with more "
+                          "memory or a quantised checkpoint", None)
+    return FitFinding(f"{head}; it fits with --tensor-parallel-size {tp} on {tp} GPUs{shorter}",
+                      tp)
+
+
+def _shorter_model_len(arch: ModelArch, quant: Quantization, hardware: Hardware,
+                       config: ServingConfig, version: Version, draft: ModelArch | None,
+                       tp_fits: int | None) -> str:
+    """Fewer GPUs that would do with a shorter max-model-len (the weights fit, the KV cache
+    holds blocks, only one request of the model's full length does not), as vLLM's own message
+    suggests: "" when there are none."""
+    start = config.tensor_parallel_size or 1
+    for tp in TENSOR_PARALLEL_SIZES:
+        if tp < start or (tp_fits is not None and tp >= tp_fits) or arch.num_heads % tp:
+            continue
+        est = estimate_memory(arch, quant, hardware, config.replace(tensor_parallel_size=tp),
+                              version, draft=draft)
+        if not est.ok and est.num_blocks and est.kv_cache_tokens < est.max_model_len:
+            gpus = "one GPU" if tp == 1 else f"{tp} GPUs (--tensor-parallel-size {tp})"
+            return (f", or on {gpus} with --max-model-len {est.kv_cache_tokens} or less"
+                    f" (of {est.max_model_len})")
+    return ""

@@ -134,7 +134,12 @@ def sweep_data(study: Mapping[str, Any], knob: str) -> SweepData | None:
     else:
         first_seen = {canonical(v): i for i, v in enumerate(values)}
         ordered = sorted(points.values(), key=lambda p: _category_key(p.value, first_seen))
-    log_x = numeric and min(values) > 0 and max(values) / min(values) >= LOG_X_SPAN
+    # A log axis needs a plotted value to scale from: a sweep whose trials all failed draws
+    # only failure marks, which matplotlib's log locator cannot place ("Data cannot be
+    # log-scaled").
+    any_ok = any(p.output_throughput is not None for p in ordered)
+    log_x = (numeric and any_ok and min(values) > 0
+             and max(values) / min(values) >= LOG_X_SPAN)
     return SweepData(knob=knob, numeric=numeric, log_x=log_x, points=tuple(ordered))
 
 

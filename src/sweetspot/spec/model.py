@@ -23,6 +23,7 @@ __all__ = [
     "ModelArch",
     "ParamCounts",
     "ResolvedModel",
+    "checkpoint_quantization",
     "kv_dtype_bytes",
     "load_model",
     "model_names",
@@ -274,11 +275,15 @@ def _lookup(ref: str) -> tuple[str | None, str | None]:
     return None, quant
 
 
+def _is_folder(ref: str) -> bool:
+    return Path(ref).expanduser().is_dir() or ref.endswith("config.json")
+
+
 def load_model(ref: str) -> ResolvedModel:
     """Resolve ``ref``: a local folder holding config.json, a catalog name or alias, or a
     Hugging Face id of a catalog model (quantised variants like ``...-AWQ`` included)."""
     path = Path(ref).expanduser()
-    if path.is_dir() or ref.endswith("config.json"):
+    if _is_folder(ref):
         config_path = path if path.name == "config.json" else path / "config.json"
         if not config_path.is_file():
             raise SweetspotError(f"model folder {ref!r} has no config.json")
@@ -297,3 +302,24 @@ def load_model(ref: str) -> ResolvedModel:
             + ", ".join(model_names())
         )
     return ResolvedModel(_catalog()[name], load_quantization(quant) if quant else None)
+
+
+def checkpoint_quantization(ref: str, resolved: ResolvedModel,
+                            requested: Quantization | None = None) -> Quantization:
+    """The quantisation every command models and serves: ``requested`` (``--quant``) when
+    given, else what the checkpoint is (its name's suffix or config.json, else its dtype).
+
+    A catalog name or id stands for a family of checkpoints (``-AWQ``, ``-GPTQ-Int4``, ...), so
+    any scheme goes. A local folder's weights are what they are: only a scheme vLLM applies at
+    load time to 16-bit weights (``--quantization fp8``) may replace them.
+    """
+    own = resolved.quantization or resolved.arch.default_quantization()
+    if requested is None or requested == own or not _is_folder(ref):
+        return requested or own
+    if requested.vllm_flag is None or own.weight_bits < 16:
+        raise SweetspotError(
+            f"--quant {requested.name}: {ref} holds {own.name} weights; vLLM quantises "
+            "16-bit weights to fp8 at load time, other schemes need a checkpoint quantised "
+            "offline (leave --quant out to serve the folder as it is)"
+        )
+    return requested

@@ -21,12 +21,13 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from sweetspot._errors import SweetspotError
 from sweetspot.engine.flags import flag_table
-from sweetspot.engine.memory import MemoryEstimate, estimate_memory
+from sweetspot.engine.memory import FitFinding, MemoryEstimate, estimate_memory, fit_finding
 from sweetspot.engine.render import render_serve, render_yaml
 from sweetspot.spec.hardware import GiB, Hardware
 from sweetspot.spec.knobs import ServingConfig, SpeculativeConfig, vllm_default
-from sweetspot.spec.model import ModelArch, load_model
+from sweetspot.spec.model import ModelArch, checkpoint_quantization, load_model
 from sweetspot.spec.quant import Quantization
 from sweetspot.spec.workload import WorkloadSpec, WorkloadStats, workload_stats
 
@@ -58,8 +59,9 @@ class Advice:
     workload: WorkloadSpec
     stats: WorkloadStats
     max_model_len: int
-    picks: tuple[Pick, ...]
+    picks: tuple[Pick, ...]  # empty when the model does not fit (``unfit``)
     guide_notes: tuple[str, ...]
+    unfit: FitFinding | None = None  # set when no pick can start on the GPUs asked for
 
 
 def _pow2_floor(x: float, low: int = 1, high: int = 1024) -> int:
@@ -84,10 +86,10 @@ def _tokens_per_request(stats: WorkloadStats, wl: WorkloadSpec) -> float:
     return max(stats.prompt.mean + stats.output.mean - shared, 1.0)
 
 
-def _decode_step_s(arch: ModelArch, quant: Quantization, hw: Hardware) -> float:
+def _decode_step_s(arch: ModelArch, quant: Quantization, hw: Hardware, tp: int) -> float:
     """Time of a small-batch decode step: streaming the weights once (at 70 % of peak
-    bandwidth, the middle of the 50-75 % public measurements report)."""
-    return arch.weight_bytes(quant) / (0.7 * hw.bandwidth_bytes_per_s)
+    bandwidth, the middle of the 50-75 % public measurements report), each GPU its share."""
+    return arch.weight_bytes(quant) / tp / (0.7 * hw.bandwidth_bytes_per_s)
 
 
 def _in_flight(stats: WorkloadStats, wl: WorkloadSpec, step_s: float) -> float:
@@ -105,14 +107,20 @@ def advise(
     workload: WorkloadSpec,
     version: Version,
     quant: Quantization | None = None,
+    tensor_parallel_size: int = 1,
 ) -> Advice:
     resolved = load_model(model)
     arch = resolved.arch
-    quant = quant or resolved.quantization or arch.default_quantization()
+    quant = checkpoint_quantization(model, resolved, quant)
     model_ref = _checkpoint(model, arch, quant, resolved.quantization)
+    if arch.num_heads % tensor_parallel_size:
+        raise SweetspotError(f"--tensor-parallel-size {tensor_parallel_size}: vLLM splits "
+                             f"attention heads evenly, and {arch.name} has {arch.num_heads}")
     stats = workload_stats(workload)
     max_len = _model_len(stats, arch)
-    base = ServingConfig(max_model_len=max_len, quantization=quant.vllm_flag)
+    base = ServingConfig(max_model_len=max_len, quantization=quant.vllm_flag,
+                         tensor_parallel_size=tensor_parallel_size if tensor_parallel_size > 1
+                         else None)
     if workload.priorities:
         base = base.replace(scheduling_policy="priority")
 
@@ -120,7 +128,7 @@ def advise(
         return estimate_memory(arch, quant, hardware, config, version, draft=draft)
 
     per_request = _tokens_per_request(stats, workload)
-    step_s = _decode_step_s(arch, quant, hardware)
+    step_s = _decode_step_s(arch, quant, hardware, tensor_parallel_size)
     in_flight = _in_flight(stats, workload, step_s)
     common = _common_reasons(stats, workload, max_len, version)
     context = _Context(arch, quant, hardware, version, stats, workload, per_request, in_flight,
@@ -133,7 +141,11 @@ def advise(
         if not est.ok:  # never print a command that cannot start
             config = config.replace(gpu_memory_utilization=0.95, speculative=None)
             est = memory(config)
-            reasons.append(f"fell back to utilisation 0.95: {est.failure or 'fits'}")
+            if not est.ok:  # the model itself does not fit: the finding, no command at all
+                unfit = fit_finding(arch, quant, hardware, config, version)
+                return Advice(model_ref, hardware, version, quant, workload, stats, max_len,
+                              (), _guide_notes(version, hardware), unfit)
+            reasons.append("fell back to utilisation 0.95: the goal's own settings do not fit")
         rendered = render_serve(config, model_ref, version)
         reasons += [f"note: {n}" for n in rendered.notes]
         reasons.append(
@@ -169,11 +181,14 @@ class _Context:
 
 def _checkpoint(model: str, arch: ModelArch, quant: Quantization,
                 implied: Quantization | None) -> str:
-    """The checkpoint to serve: the name given when it already names one (a quantised
-    repository, a local folder), else the catalog's repository plus the quantisation's suffix
-    (``Qwen/Qwen2.5-14B-Instruct`` + ``-AWQ``)."""
-    if implied is not None or Path(model).is_dir():
+    """The checkpoint to serve: the name given when it already names one (a local folder, a
+    quantised repository of that scheme), else the catalog's repository plus the
+    quantisation's suffix (``Qwen/Qwen2.5-14B-Instruct`` + ``-AWQ``; ``...-AWQ`` asked for
+    bf16 is ``Qwen/Qwen2.5-14B-Instruct``)."""
+    if Path(model).is_dir() or implied == quant:
         return model
+    if implied is not None:
+        return arch.hf_id + quant.checkpoint_suffix
     return (model if "/" in model else arch.hf_id) + quant.checkpoint_suffix
 
 

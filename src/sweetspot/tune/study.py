@@ -19,7 +19,7 @@ from sweetspot.engine.render import render_serve, render_yaml
 from sweetspot.spec.hardware import GiB, load_hardware
 from sweetspot.spec.knobs import ServingConfig, resolve_defaults
 from sweetspot.spec.model import load_model
-from sweetspot.spec.quant import load_quantization
+from sweetspot.spec.quant import Quantization, load_quantization
 from sweetspot.spec.version import parse_vllm_version
 from sweetspot.spec.workload import validate_workload
 from sweetspot.tune.confirm import Confirmation, confirm_finalists
@@ -240,9 +240,8 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
     model_ref = settings.model
     store.set_attr("picks", [
         {"goal": p.goal, "trial": p.row["number"], "gain": p.gain, "reasons": list(p.reasons),
-         "command": render_serve(config_from_json(p.row["config"]), model_ref,
-                                 version).command(),
-         "yaml": render_yaml(config_from_json(p.row["config"]), model_ref, version)}
+         "command": render_serve(_served(p.row, quant), model_ref, version).command(),
+         "yaml": render_yaml(_served(p.row, quant), model_ref, version)}
         for p in picks])
     store.set_attr("pareto", [r["number"] for r in pareto_front(rows)])
     store.set_attr("confirmation", confirmation.to_dict() if confirmation else None)
@@ -395,6 +394,16 @@ def _acceptance_text(settings: StudySettings) -> Callable[[dict], str | None]:
         return text + (f"; simulated acceptance rate {rate:.0%}" if rate is not None else "")
 
     return describe
+
+
+def _served(row: dict, quant: Quantization) -> ServingConfig:
+    """A pick's configuration as its command must serve it: vLLM quantises a 16-bit checkpoint
+    at load time only when told (``--quantization fp8``), as ``advise`` writes it; a study
+    stored before its trials carried the flag gets it here."""
+    config = config_from_json(row["config"])
+    if config.quantization is None and quant.vllm_flag:
+        return config.replace(quantization=quant.vllm_flag)
+    return config
 
 
 def _goodput(store: StudyStore, evaluator: Evaluator, config: ServingConfig,
