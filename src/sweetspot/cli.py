@@ -736,6 +736,9 @@ def tune(
                         "(repeatable).")] = None,
     space_file: Annotated[Path | None, typer.Option(help="YAML: knob -> [values] (null "
                                                          "drops).")] = None,
+    fix: Annotated[list[str] | None, typer.Option(
+        "--fix", help="knob=value pins a knob for the whole study: the baseline and every "
+                      "trial carry it, the search leaves it alone (repeatable).")] = None,
     baseline: Annotated[str | None, typer.Option(
         help='Your current command, "vllm serve MODEL ..." (default: vLLM\'s defaults).')
                         ] = None,
@@ -784,7 +787,7 @@ def tune(
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-    from sweetspot.tune.space import load_space_file, parse_space_items
+    from sweetspot.tune.space import load_space_file, parse_fix_items, parse_space_items
     from sweetspot.tune.store import StudyStore, default_storage_url
     from sweetspot.tune.study import StudySettings, run_study
 
@@ -793,9 +796,13 @@ def tune(
     if space_file is not None:
         changes.update(load_space_file(space_file))
     changes.update(parse_space_items(space or []))
+    fixed = parse_fix_items(fix or [])  # bad ones end here; clashes with --space: run_study
     if resume:
         if not study_name:
             raise SweetspotError("--resume needs --study-name")
+        if fixed:  # its trials ran with the stored pins; others would mix two studies
+            raise SweetspotError("--fix applies to a new study: a resumed one keeps the knobs "
+                                 "it pinned")
         stored = StudyStore.load(storage_url, study_name).user_attrs.get("settings")
         if not stored:
             raise SweetspotError(f"study {study_name!r} has no sweetspot settings")
@@ -811,7 +818,8 @@ def tune(
                                  num_requests, slo, baseline, strategy, objective, trials,
                                  time_budget, confirm, memory_gib, seed, calibration,
                                  study_name, vllm_python, launch_template, tokenizer,
-                                 server_env, server_args, trials_dir, url, client_priority)
+                                 server_env, server_args, trials_dir, url, client_priority,
+                                 fixed)
     budget = settings.trials
     started = _time.monotonic()
     with Progress("[progress.description]{task.description}", BarColumn(),
@@ -841,12 +849,14 @@ def tune(
 def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_requests, slo,
                   baseline, strategy, objective, trials, time_budget, confirm, memory_gib,
                   seed, calibration, study_name, vllm_python, launch_template, tokenizer,
-                  server_env, server_args, trials_dir, url=None, client_priority="normal"):
+                  server_env, server_args, trials_dir, url=None, client_priority="normal",
+                  fixed=None):
     import shlex
     import time as _time
 
     from sweetspot.engine.lint import lint_command
     from sweetspot.tune.evaluate import config_to_json, parse_slos
+    from sweetspot.tune.space import value_label
     from sweetspot.tune.study import StudySettings
     from sweetspot.tune.tuner import STRATEGIES
 
@@ -919,7 +929,8 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
         strategy=strategy, objective=objective,
         trials=trials or (None if seconds and not real else (8 if real else 60)),
         seconds=seconds, seed=seed, confirm_repeats=confirm, memory_limit_gib=memory_gib,
-        backend=backend, vllm=vllm, calibration=str(calibration) if calibration else None)
+        backend=backend, vllm=vllm, calibration=str(calibration) if calibration else None,
+        fixed={k: value_label(v) for k, v in (fixed or {}).items()})
 
 
 def _parse_duration(text: str) -> float:
