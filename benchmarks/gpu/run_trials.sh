@@ -30,9 +30,16 @@ cat > "$OUT/workload.json" <<JSON
  "output": {"kind": "fixed", "value": $OUTPUT}}
 JSON
 
+# Dummy weights (the model folder has none): the launcher always used them; once `bench` has
+# --dummy-weights (real weights the default), they must be asked for.
+DUMMY=()
+bench_help=$("$PY" -m sweetspot.cli bench --help)
+[[ $bench_help == *--dummy-weights* ]] && DUMMY=(--dummy-weights)
+
 for mns in $MNS; do
     echo "== max-num-seqs $mns"
-    "$PY" -m sweetspot.cli bench --launch --vllm-python "$PY" --workload "$OUT/workload.json" \
+    "$PY" -m sweetspot.cli bench --launch --vllm-python "$PY" "${DUMMY[@]}" \
+        --workload "$OUT/workload.json" \
         --num-requests "$N" --rate inf --seed "$mns" --trials-dir "$OUT/trials" \
         --json "$OUT/mns-$mns.json" -- "$MODEL/model" --tokenizer "$MODEL/tokenizer" \
         --max-model-len 4096 --max-num-seqs "$mns" || echo "trial exit $?"
