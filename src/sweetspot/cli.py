@@ -779,8 +779,11 @@ def _study_observations(name, storage, model, gpu, quant, settings, vllm_version
     stored = data.get("settings") or {}
     vllm = stored.get("vllm") or {}
     kv = cpu_kvcache_space
-    if kv is None and (vllm.get("env") or {}).get("VLLM_CPU_KVCACHE_SPACE"):
-        kv = float(vllm["env"]["VLLM_CPU_KVCACHE_SPACE"])  # the CPU build's KV space, GiB
+    if kv is None:  # the CPU build's KV space (GiB) that the study's servers had
+        try:
+            kv = float((vllm.get("env") or {})["VLLM_CPU_KVCACHE_SPACE"]) or None
+        except (KeyError, TypeError, ValueError):
+            kv = None
     setup = _sim_setup(model or stored.get("model") or "qwen2.5-14b",
                        gpu or stored.get("gpu") or "a100-80gb", quant or stored.get("quant"),
                        None, vllm_version or stored.get("vllm_version")
