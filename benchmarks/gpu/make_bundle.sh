@@ -5,7 +5,8 @@
 #   benchmarks/gpu/make_bundle.sh
 #
 # Output, in the git-ignored folder .gpu-bundle/ at the repo root:
-#   part-00, part-01, ...   the bundle tar split into 55 MiB pieces (one `run` carries one piece)
+#   part-00, part-01, ...   the bundle tar split into 58 MiB pieces (one `run` carries one piece
+#                           beside the ~2 MB working tree, under the 64 MiB a call carries)
 #   SHA256SUMS              sha256 of the whole tar and of every part
 # Working folders (also ignored, never carried): .gpu-bundle/cache (pristine downloads, reused by
 # later runs) and .gpu-bundle/build (the staged wheels and the tar).
@@ -18,7 +19,7 @@ OUTDIR=$ROOT/.gpu-bundle
 CACHE=$OUTDIR/cache
 BUILD=$OUTDIR/build
 TAR_NAME=sweetspot-gpu-bundle.tar
-PART_SIZE=${PART_SIZE:-55M}
+PART_SIZE=${PART_SIZE:-58M}
 PY=${PYTHON:-python3}
 
 VLLM_WHEEL=vllm-0.24.0-cp38-abi3-manylinux_2_28_x86_64.whl
@@ -102,12 +103,22 @@ EOF
 # importlib: typer 0.27.2, rich 15.0.0, numpy 2.5.2, scipy 1.18.1, PyYAML 6.0.3, packaging 26.3,
 # aiohttp 3.14.3, uvloop 0.23.0, prometheus-client 0.26.0, tokenizers 0.23.2, nvidia-ml-py
 # 13.610.43 and all their dependencies are there; pydantic and its three helpers are not).
-# These are added only when VLLM_DEPS does not already hold the package (today it holds all four).
+# These are added only when VLLM_DEPS does not already hold the package (today it holds the four
+# pydantic ones). `tune`, `report` and `calibrate --study` need the study storage: optuna and
+# what it requires beside numpy, packaging, tqdm and PyYAML (there) -- SQLAlchemy (its greenlet
+# is only for asyncio), alembic (SQLAlchemy, Mako, typing-extensions: there), colorlog, and Mako
+# (MarkupSafe: there); matplotlib (report figures) is there. The versions are the ones the test
+# suite passes with; check_bundle.sh checks the set against the image's package list.
 SWEETSPOT_DEPS=(
     pydantic==2.13.4
     pydantic-core==2.46.4
     annotated-types==0.7.0
     typing-inspection==0.4.2
+    optuna==5.1.0
+    SQLAlchemy==2.1.9
+    alembic==1.20.1
+    colorlog==6.12.0
+    Mako==1.4.3
 )
 
 # Files dropped from the vLLM wheel (279 MB -> ~144 MB): FlashAttention 2 (Hopper uses FA3), the

@@ -30,6 +30,12 @@ cat > "$OUT/workload.json" <<JSON
  "output": {"kind": "fixed", "value": $OUTPUT}}
 JSON
 
+# Dummy weights (the model folder has none): the launcher always used them; once `bench` has
+# --dummy-weights (real weights the default), they must be asked for.
+DUMMY=()
+bench_help=$("$PY" -m sweetspot.cli bench --help)
+[[ $bench_help == *--dummy-weights* ]] && DUMMY=(--dummy-weights)
+
 for mns in $MNS; do
     echo "== max-num-seqs $mns"
     "$PY" -m sweetspot.cli bench --launch --dummy-weights --vllm-python "$PY" \

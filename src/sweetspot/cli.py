@@ -738,14 +738,27 @@ def _print_sim_facts(run) -> None:
 def calibrate(
     results: Annotated[list[Path] | None, typer.Argument(
         help="Result JSONs of `sweetspot bench --json` against the server.")] = None,
-    model: ModelOpt = "qwen2.5-14b",
-    gpu: Annotated[str, typer.Option(help="GPU from the catalog.")] = "a100-80gb",
+    model: Annotated[str | None, typer.Option(
+        help="Catalog name, HF id or folder with config.json (default: the study's, else "
+             "qwen2.5-14b).")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU from the catalog (default: the study's, "
+                                                 "else a100-80gb).")] = None,
     quant: QuantOpt = None,
-    settings: SettingsOpt = None,
-    vllm_version: VersionOpt = str(DEFAULT_VLLM_VERSION),
+    settings: Annotated[list[str] | None, typer.Option(
+        "--set", help="knob=value, e.g. max_num_seqs=128 (repeatable); with --study, on top "
+                      "of each trial's own configuration.")] = None,
+    vllm_version: Annotated[str | None, typer.Option(
+        "--vllm-version", help=f"Target vLLM release (default: the study's, else "
+                               f"{DEFAULT_VLLM_VERSION}).")] = None,
     cpu_kvcache_space: CpuKvOpt = None,
     url: Annotated[str | None, typer.Option(help="Benchmark this live server with a short "
                                                  "built-in profile instead.")] = None,
+    study: Annotated[str | None, typer.Option(help="Fit on this study's own real trials "
+                                                   "instead, each run with its trial's "
+                                                   "configuration.")] = None,
+    storage: Annotated[str | None, typer.Option(help="The study's storage URL (default "
+                                                     "sqlite:///.sweetspot/studies.db).")
+                       ] = None,
     profile_requests: Annotated[int, typer.Option(min=8, help="Requests per profile run.")
                                 ] = 96,
     profile_rounds: Annotated[int, typer.Option(min=1, help="Times the profile runs (--url); "
@@ -767,42 +780,53 @@ def calibrate(
         Calibration,
         model_fingerprint,
         observation_from_bench,
-        profile_server,
         save_calibration,
     )
     from sweetspot.backends.sim.cost import RooflineModel
     from sweetspot.backends.sim.fit import fit_step_model
     from sweetspot.metrics.run import bunched_streams
 
-    setup = _sim_setup(model, gpu, quant, settings, vllm_version, cpu_kvcache_space)
+    if study is not None and (results or url is not None):
+        raise SweetspotError("--study fits on the study's own runs: give it without result "
+                             "JSONs or --url")
     realtime = _realtime_client(client_priority)
-    loaded: list[tuple[str, dict]] = []
-    for path in results or []:
-        try:
-            loaded.append((str(path), json.loads(path.read_text())))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SweetspotError(f"cannot read {path}: {exc}") from None
-    if url is not None:
-        loaded += profile_server(url, profile_requests, vocab_size,
-                                 workload=load_workload(workload) if workload else None,
-                                 realtime=realtime, rounds=profile_rounds)
-    if not loaded:
-        raise SweetspotError("give result JSONs of `sweetspot bench --json` or --url")
-    observations = [observation_from_bench(data, label) for label, data in loaded]
-    for (label, data), obs in zip(loaded, observations, strict=True):
+    if study is not None:
+        setup, pairs = _study_observations(study, storage, model, gpu, quant, settings,
+                                           vllm_version, cpu_kvcache_space)
+    else:
+        setup = _sim_setup(model or "qwen2.5-14b", gpu or "a100-80gb", quant, settings,
+                           vllm_version or str(DEFAULT_VLLM_VERSION), cpu_kvcache_space)
+        loaded: list[tuple[str, dict]] = []
+        for path in results or []:
+            try:
+                loaded.append((str(path), json.loads(path.read_text())))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise SweetspotError(f"cannot read {path}: {exc}") from None
+        if url is not None:
+            loaded += _profile_with_progress(url, profile_requests, vocab_size, workload,
+                                             realtime, profile_rounds)
+        if not loaded:
+            raise SweetspotError("give result JSONs of `sweetspot bench --json`, --url or "
+                                 "--study")
+        pairs = [(data, observation_from_bench(data, label)) for label, data in loaded]
+    for data, obs in pairs:
         if bunched_streams(data):
             kept = "its duration only" if obs.measured.get("duration") else "none of it"
-            _err.print(f"note: {Path(label).name}: its streams arrived in bursts "
+            _err.print(f"note: {Path(obs.label).name}: its streams arrived in bursts "
                        f"({_bunched_words(data)}; a client or server short of CPU): fitting "
                        f"{kept}", markup=False)
-    observations = [obs for obs in observations if obs.measured]
+    observations = [obs for _, obs in pairs if obs.measured]
     start = RooflineModel(setup.hardware, setup.arch, setup.quant)
 
-    def simulate_run(requests, concurrency, step_model):
-        run = run_sim(setup, requests, max_concurrency=concurrency, model=step_model,
-                      trace=True)
+    def simulate_run(obs, step_model):
+        # A study's runs each had their trial's server; other runs share the one of --set.
+        run_setup = setup if obs.config is None else dataclasses.replace(setup,
+                                                                         config=obs.config)
+        run = run_sim(run_setup, obs.requests, max_concurrency=obs.max_concurrency,
+                      model=step_model, trace=True)
         if run.status != "ok":
-            raise SweetspotError(f"the server configuration cannot start: {run.cause}")
+            raise SweetspotError(f"{obs.label}: the simulator cannot start that server "
+                                 f"configuration: {run.cause}")
         return run
 
     report = fit_step_model(observations, simulate_run, start)
@@ -820,6 +844,73 @@ def calibrate(
                       f"{row['predicted'] / row['measured'] - 1:+.1%}")
     _out.print(table)
     return 0
+
+
+def _profile_with_progress(url, num_requests, vocab_size, workload, realtime, rounds):
+    """``profile_server`` with a progress bar on stderr: which run of how many."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from sweetspot.tune.calibrate import profile_server
+
+    with Progress("[progress.description]{task.description}", BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=_err,
+                  transient=True) as progress:
+        task = progress.add_task(f"profiling {url}", total=None)
+
+        def on_run(label: str, done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total,
+                            description=f"profile run {done + 1} of {total}: {label}")
+
+        runs = profile_server(url, num_requests, vocab_size,
+                              workload=load_workload(workload) if workload else None,
+                              realtime=realtime, rounds=rounds, on_run=on_run)
+        progress.update(task, completed=len(runs))
+    _err.print(f"profiled {url}: {len(runs)} runs", markup=False)
+    return runs
+
+
+def _study_observations(name, storage, model, gpu, quant, settings, vllm_version,
+                        cpu_kvcache_space):
+    """The simulator setup of a study's server (its model, GPU, quantisation and release
+    unless given) and one observation per run its trials stored, with the trial's own
+    configuration under --set."""
+    import shlex
+
+    from sweetspot.engine.lint import lint_command
+    from sweetspot.tune.calibrate import study_observations
+    from sweetspot.tune.store import StudyStore, default_storage_url
+    from sweetspot.tune.study import study_data
+
+    storage_url = storage or default_storage_url()
+    data = study_data(StudyStore.load(storage_url, name), storage_url)
+    stored = data.get("settings") or {}
+    vllm = stored.get("vllm") or {}
+    kv = cpu_kvcache_space
+    if kv is None:  # the CPU build's KV space (GiB) that the study's servers had
+        try:
+            kv = float((vllm.get("env") or {})["VLLM_CPU_KVCACHE_SPACE"]) or None
+        except (KeyError, TypeError, ValueError):
+            kv = None
+    setup = _sim_setup(model or stored.get("model") or "qwen2.5-14b",
+                       gpu or stored.get("gpu") or "a100-80gb", quant or stored.get("quant"),
+                       None, vllm_version or stored.get("vllm_version")
+                       or str(DEFAULT_VLLM_VERSION), kv)
+    base = None
+    if vllm.get("args"):  # fixed server options every trial ran with, e.g. --enforce-eager
+        base = lint_command(shlex.join(vllm["args"]), setup.version, setup.hardware).config
+
+    def skipped(label: str, why: str) -> None:
+        _err.print(f"note: {label}: {why}; left out", markup=False)
+
+    # As run_study draws prompt ids: below the model's vocabulary, at most 32,000.
+    pairs = study_observations(data, min(setup.arch.vocab_size, 32_000), base,
+                               settings or (), on_skip=skipped)
+    if not pairs:
+        raise SweetspotError(f"study {name!r}: every stored run had failed requests; nothing "
+                             "clean to calibrate on")
+    _err.print(f"study {name}: {len(pairs)} runs of "
+               f"{len({obs.label.split()[1] for _, obs in pairs})} trials", markup=False)
+    return setup, pairs
 
 
 @app.command()
@@ -857,6 +948,9 @@ def tune(
                         "(repeatable).")] = None,
     space_file: Annotated[Path | None, typer.Option(help="YAML: knob -> [values] (null "
                                                          "drops).")] = None,
+    fix: Annotated[list[str] | None, typer.Option(
+        "--fix", help="knob=value pins a knob for the whole study: the baseline and every "
+                      "trial carry it, the search leaves it alone (repeatable).")] = None,
     baseline: Annotated[str | None, typer.Option(
         help='Your current command, "vllm serve MODEL ..." (default: vLLM\'s defaults).')
                         ] = None,
@@ -915,7 +1009,7 @@ def tune(
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-    from sweetspot.tune.space import load_space_file, parse_space_items
+    from sweetspot.tune.space import load_space_file, parse_fix_items, parse_space_items
     from sweetspot.tune.store import StudyStore, default_storage_url
     from sweetspot.tune.study import StudySettings, run_study
 
@@ -924,9 +1018,13 @@ def tune(
     if space_file is not None:
         changes.update(load_space_file(space_file))
     changes.update(parse_space_items(space or []))
+    fixed = parse_fix_items(fix or [])  # bad ones end here; clashes with --space: run_study
     if resume:
         if not study_name:
             raise SweetspotError("--resume needs --study-name")
+        if fixed:  # its trials ran with the stored pins; others would mix two studies
+            raise SweetspotError("--fix applies to a new study: a resumed one keeps the knobs "
+                                 "it pinned")
         stored = StudyStore.load(storage_url, study_name).user_attrs.get("settings")
         if not stored:
             raise SweetspotError(f"study {study_name!r} has no sweetspot settings")
@@ -943,7 +1041,7 @@ def tune(
                                  time_budget, confirm, memory_gib, seed, calibration,
                                  study_name, vllm_python, launch_template, tokenizer,
                                  server_env, server_args, trials_dir, url, client_priority,
-                                 dummy_weights, rate=rate, acceptance=acceptance)
+                                 dummy_weights, fixed, rate=rate, acceptance=acceptance)
     if dry_run:
         return _print_tune_commands(settings, changes)
     budget = settings.trials
@@ -978,12 +1076,13 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
                   baseline, strategy, objective, trials, time_budget, confirm, memory_gib,
                   seed, calibration, study_name, vllm_python, launch_template, tokenizer,
                   server_env, server_args, trials_dir, url=None, client_priority="normal",
-                  dummy_weights=False, rate=None, acceptance=None):
+                  dummy_weights=False, fixed=None, rate=None, acceptance=None):
     import shlex
     import time as _time
 
     from sweetspot.engine.lint import lint_command
     from sweetspot.tune.evaluate import config_to_json, parse_slos
+    from sweetspot.tune.space import value_label
     from sweetspot.tune.study import StudySettings
     from sweetspot.tune.tuner import STRATEGIES
 
@@ -1082,7 +1181,8 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
         confirm_repeats=confirm if confirm is not None else (3 if real else 7),
         memory_limit_gib=memory_gib,
         backend=backend, vllm=vllm, calibration=str(calibration) if calibration else None,
-        rate=offered, acceptance=acceptance)
+        rate=offered, acceptance=acceptance,
+        fixed={k: value_label(v) for k, v in (fixed or {}).items()})
 
 
 def _guide_template(version) -> str:

@@ -57,6 +57,31 @@ def test_resume_continues_with_the_stored_settings(tmp_path: Path) -> None:
     assert [t["number"] for t in data["trials"]][:4] == list(range(4))
 
 
+def test_fix_pins_a_knob_for_the_whole_study_and_resume_keeps_it(tmp_path: Path) -> None:
+    """--fix max-model-len 4096: no --baseline and no --space knob= needed; the baseline and
+    every trial run at 4096, the space does not vary it, a resumed study still pins it."""
+    first = _tune(tmp_path, "--trials", "5", "--study-name", "pin", "--confirm", "0",
+                  "--fix", "max-model-len=4096", "--fix", "enable_prefix_caching=false")
+    assert first.returncode == 0, first.stderr + first.stdout
+    more = run_cli("tune", "--resume", "--study-name", "pin", "--trials", "8", "--storage",
+                   f"sqlite:///{tmp_path / 'studies.db'}", "--report-dir", str(tmp_path / "r2"))
+    assert more.returncode == 0, more.stderr + more.stdout
+    data = json.loads((tmp_path / "r2" / "trials.json").read_text())
+    settings = data["settings"]
+    assert settings["fixed"] == {"max_model_len": "4096", "enable_prefix_caching": "false"}
+    assert "max_model_len" not in settings["space"] and settings["space"]
+    assert "enable_prefix_caching" not in settings["space"]
+    assert settings["baseline"]["max_model_len"] == 4096
+    assert len(data["trials"]) == 8
+    for trial in data["trials"]:
+        assert trial["config"]["max_model_len"] == 4096, trial
+        assert trial["config"]["enable_prefix_caching"] is False, trial
+    assert len({json.dumps(t["config"], sort_keys=True) for t in data["trials"]}) == 8
+    again = run_cli("tune", "--resume", "--study-name", "pin", "--fix", "max_num_seqs=8",
+                    "--storage", f"sqlite:///{tmp_path / 'studies.db'}")
+    assert again.returncode == 2 and "a resumed one keeps the knobs it pinned" in again.stderr
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("--space", "max_num_seqs=64,128", "--space", "colour=red"), "unknown knob 'colour'"),
     (("--space", "max_num_seqs=64,,128"), "empty value in the range of max_num_seqs"),
@@ -73,6 +98,11 @@ def test_resume_continues_with_the_stored_settings(tmp_path: Path) -> None:
       "p99_ttft=1s"), "cannot reach http://127.0.0.1:9"),
     (("--storage", "postgresql://nobody@127.0.0.1:1/x"), "cannot open the study storage"),
     (("--baseline", "vllm serve m --max-num-seqs lots"), "--baseline"),
+    (("--fix", "colour=1"), "unknown knob 'colour'"),
+    (("--fix", "max_num_seqs=64,128"), "one value pins a knob"),
+    (("--fix", "max_num_seqs=lots"), "bad value 'lots' for max_num_seqs"),
+    (("--fix", "max_num_seqs=64", "--space", "max_num_seqs=32,64"),
+     "given to both --fix and --space"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args, message: str) -> None:
     done = run_cli("tune", *SMALL, "--storage", f"sqlite:///{tmp_path / 'x.db'}", *args)

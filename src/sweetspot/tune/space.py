@@ -9,7 +9,9 @@ and by a draft model where the family has one and the release runs it — plus
 ``max_num_batched_tokens``; values are limited to what the model and the hardware allow.
 
 A user changes it with ``--space knob=v1,v2,…`` (replace or add a dimension), ``--space knob=``
-(drop it) or a YAML file ``{knob: [v1, v2, …], other: null}``.
+(drop it) or a YAML file ``{knob: [v1, v2, …], other: null}``; ``--fix knob=value`` pins a knob
+for the whole study (``parse_fix_items``: the baseline and every trial carry the value, and the
+knob leaves the space).
 """
 
 from __future__ import annotations
@@ -143,6 +145,26 @@ def parse_space_items(items: Iterable[str]) -> dict[str, tuple[Any, ...] | None]
         parts = [raw] if k.kind == "speculative" else raw.split(",")
         changes[k.name] = _values(k.name, parts)
     return changes
+
+
+def parse_fix_items(items: Iterable[str]) -> dict[str, Any]:
+    """``["max_model_len=4096", "enable_prefix_caching=true"]`` -> knob -> value, each value
+    parsed and checked as ``--space`` does (``default`` pins vLLM's own default)."""
+    fixed: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or not name.strip() or not raw.strip():
+            raise SweetspotError(f"bad --fix {item!r}: expected knob=value")
+        k = knob(name)
+        if k.kind != "speculative" and "," in raw:
+            raise SweetspotError(f"bad --fix {item!r}: one value pins a knob; a range of "
+                                 "values is --space")
+        (value,) = _values(k.name, [raw])
+        if k.name in fixed and value_label(fixed[k.name]) != value_label(value):
+            raise SweetspotError(f"--fix gives {k.name} twice: {value_label(fixed[k.name])} "
+                                 f"and {value_label(value)}")
+        fixed[k.name] = value
+    return fixed
 
 
 def load_space_file(path: Path) -> dict[str, tuple[Any, ...] | None]:

@@ -10,9 +10,10 @@ study back as the plain dict the report and the CLI print from.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sweetspot._errors import SweetspotError
 from sweetspot.engine.render import render_serve, render_yaml
@@ -78,6 +79,7 @@ class StudySettings:
     calibration: str | None = None
     rate: float | str | None = None  # offered req/s, "auto" (a share of the baseline's capacity)
     acceptance: float | None = None  # simulated speculative acceptance; None: per method
+    fixed: dict[str, str] = field(default_factory=dict)  # knob -> value label: --fix, pinned
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -88,12 +90,24 @@ class StudySettings:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+def fixed_values(labels: Mapping[str, str]) -> dict[str, Any]:
+    """The stored ``fixed`` labels (``StudySettings.fixed``) as knob values."""
+    return {k: None if label == "default" else _values(k, [label])[0]
+            for k, label in labels.items()}
+
+
 def resolve_space_and_baseline(settings_space: dict[str, list[str]] | None, changes: dict,
                                baseline: ServingConfig, version, hardware, arch, workload,
+                               *, fixed: Mapping[str, Any] | None = None,
                                ) -> tuple[SearchSpace, ServingConfig]:
     """The space (default or stored, with the user's changes) and the baseline with every
     varied knob made explicit (vLLM's default where the baseline left it unset), each
-    baseline value a point of its dimension."""
+    baseline value a point of its dimension. A ``fixed`` knob leaves the space and the
+    baseline carries its value, so every trial (all start from the baseline) does too."""
+    fixed = dict(fixed or {})
+    if both := sorted(set(fixed) & set(changes)):
+        raise SweetspotError(f"{', '.join(both)}: given to both --fix and --space (a pinned "
+                             "knob is not searched)")
     if settings_space is not None:
         from sweetspot.tune.space import Dimension
 
@@ -102,9 +116,10 @@ def resolve_space_and_baseline(settings_space: dict[str, list[str]] | None, chan
     else:
         draft = DRAFTS.get(arch.architecture)
         space = default_space(version, hardware, arch, workload, draft=draft)
-    space = space.with_changes(changes)
+    space = space.with_changes({**changes, **dict.fromkeys(fixed)})
     if not space.dimensions:
         raise SweetspotError("the search space is empty: nothing to tune")
+    baseline = baseline.replace(**fixed)
     resolved = resolve_defaults(baseline, version, hardware, arch.max_position_embeddings)
     explicit = {}
     dims = []
@@ -174,7 +189,7 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
     baseline = config_from_json(settings.baseline)
     space, baseline = resolve_space_and_baseline(
         settings.space or None, space_changes or {}, baseline, version, hardware,
-        resolved.arch, workload)
+        resolved.arch, workload, fixed=fixed_values(settings.fixed))
     if not resume:
         settings = dataclasses.replace(
             settings, space={d.knob: list(d.labels) for d in space.dimensions},

@@ -1,5 +1,6 @@
 """Calibration files: a fitted ``LinearStepModel`` for one hardware + model, and the measured
-runs it was fitted on (``sweetspot bench --json`` results) turned into ``Observation``s.
+runs it was fitted on (``sweetspot bench --json`` results) turned into ``Observation``s. The
+built-in profile's design lives here; running it against a server is ``tune.calibrate``.
 
 A calibration only describes the hardware and model it was measured on: loading it for another
 model (compared by architecture, not by name, so a local folder and its catalog twin match) or
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,13 @@ from sweetspot.backends.sim.cost import LINEAR_FEATURES, LinearStepModel
 from sweetspot.backends.sim.fit import FIT_METRICS, Observation
 from sweetspot.metrics.run import bunched_streams
 from sweetspot.spec.hardware import Hardware
+from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.model import ModelArch
-from sweetspot.spec.requests import sample_requests
-from sweetspot.spec.workload import WorkloadSpec, validate_workload
+from sweetspot.spec.requests import Request, sample_requests
+from sweetspot.spec.workload import validate_workload
 
 __all__ = ["Calibration", "load_calibration", "model_fingerprint", "observation_from_bench",
-           "profile_poisson_rate", "save_calibration"]
+           "observation_from_result", "profile_poisson_rate", "save_calibration"]
 
 FORMAT = "sweetspot-calibration/1"
 _SHAPE_FIELDS = ("num_layers", "hidden_size", "intermediate_size", "num_heads", "num_kv_heads",
@@ -108,8 +110,20 @@ def observation_from_bench(data: Mapping[str, Any], label: str) -> Observation:
         requests = tuple(sample_requests(spec, int(meta["num_requests"]),
                                          seed=int(meta["seed"]),
                                          vocab_size=int(meta["vocab_size"])))
-        measured = {k: float(data[k]) for k in FIT_METRICS if k in data}
     except (KeyError, TypeError, ValueError) as exc:
+        raise SweetspotError(f"{label}: malformed bench result: {exc}") from None
+    return observation_from_result(data, label, requests, meta.get("max_concurrency"),
+                                   spec.arrival.process)
+
+
+def observation_from_result(data: Mapping[str, Any], label: str, requests: Sequence[Request],
+                            max_concurrency: int | None, arrival_process: str,
+                            config: ServingConfig | None = None) -> Observation:
+    """A measured run's result (``bench --json``'s keys) as a fitting observation, given the
+    requests it sent and how it sent them (``arrival_process``: the workload's)."""
+    try:
+        measured = {k: float(data[k]) for k in FIT_METRICS if k in data}
+    except (TypeError, ValueError) as exc:
         raise SweetspotError(f"{label}: malformed bench result: {exc}") from None
     if int(data.get("failed", 0)):
         raise SweetspotError(f"{label}: {data['failed']} requests failed in that run; "
@@ -117,10 +131,10 @@ def observation_from_bench(data: Mapping[str, Any], label: str) -> Observation:
     if bunched_streams(data):  # token times are the client's or API server's, not the steps'
         for key in ("mean_tpot_ms", "median_tpot_ms", "mean_ttft_ms"):
             measured.pop(key, None)
-        if spec.arrival.process == "closed":  # the loop waited for late chunks: so did its
+        if arrival_process == "closed":  # the loop waited for late chunks: so did its
             measured.pop("duration", None)  # server, and the duration is the client's too
-    saturated = spec.arrival.process in ("inf", "closed")
-    return Observation(label, requests, meta.get("max_concurrency"), measured, saturated)
+    saturated = arrival_process in ("inf", "closed")
+    return Observation(label, tuple(requests), max_concurrency, measured, saturated, config)
 
 
 # The built-in profile: batch sizes from 1 to saturation, and one open-loop rate in between.
@@ -142,68 +156,3 @@ BATCH_REPEATS = {"closed16": 2, "inf": 3}
 def profile_poisson_rate(inf_request_rates: Iterable[float]) -> float:
     """The profile's Poisson rate: half the median request rate its rate-inf runs reached."""
     return max(0.1, statistics.median(inf_request_rates) / 2)
-
-
-def _repeat(i: int, of: int) -> str:
-    return f" #{i + 1}" if of > 1 else ""
-
-
-def profile_server(url: str, num_requests: int, vocab_size: int, seed: int = 1000,
-                   workload: WorkloadSpec | None = None, realtime: bool = False,
-                   rounds: int = 1) -> list[tuple[str, dict[str, Any]]]:
-    """Benchmark a live server with the built-in profile; results as ``bench --json`` writes
-    them. Runs: closed loops of 1, 4 and 16 requests, rate inf (batches up to the server's
-    max-num-seqs), then Poisson at half the rate inf reached (the median of its runs); the
-    batch runs ``BATCH_REPEATS`` times. Each run draws fresh prompts (a
-    new seed), so the prefix cache cannot help. Calibrate on the configuration with the largest
-    batches you will simulate: predicting smaller batches interpolates, larger extrapolates.
-    ``realtime``: the client runs SCHED_FIFO (``loadgen.client_priority``). ``rounds``: the
-    profile that many times over, one round after the other, so that the fit averages a host
-    whose speed drifts (on a 2-vCPU VM the same run reads up to ±25 % apart minutes later; the
-    calibration test there had 17 of 18 cells within 15 % from six rounds, 11 to 16 from any
-    two of them: benchmarks/RESULTS.md)."""
-    import asyncio
-    import dataclasses
-
-    from sweetspot.backends.endpoint import run_endpoint
-    from sweetspot.backends.loadgen import LoadConfig, check_server
-    from sweetspot.metrics.run import measure
-    from sweetspot.spec.workload import ArrivalSpec, workload_to_dict
-
-    served = asyncio.run(check_server(url))
-    if not served:
-        raise SweetspotError(f"{url} serves no model")
-    base = workload or validate_workload(dict(PROFILE_WORKLOAD), "profile")
-
-    def one(label: str, arrival: ArrivalSpec, n: int, concurrency: int | None, run_seed: int):
-        wl = dataclasses.replace(base, arrival=arrival)
-        requests = sample_requests(wl, n, seed=run_seed, vocab_size=vocab_size)
-        config = LoadConfig(base_url=url, model=served[0], max_concurrency=concurrency,
-                            realtime=realtime)
-        data = measure(run_endpoint(requests, config, scrape_interval_s=0)).to_dict()
-        data["sweetspot"] = {"url": url, "workload_spec": workload_to_dict(wl),
-                             "num_requests": n, "seed": run_seed, "vocab_size": vocab_size,
-                             "max_concurrency": concurrency}
-        return f"{url} {label}", data
-
-    if rounds < 1:
-        raise SweetspotError(f"profile rounds must be at least 1, not {rounds}")
-    runs: list[tuple[str, dict[str, Any]]] = []
-    for r in range(rounds):
-        s = seed + 10 * r
-        tag = f" (round {r + 1})" if rounds > 1 else ""
-        runs += [one(f"closed 1{tag}", ArrivalSpec(process="closed", concurrency=1),
-                     max(8, num_requests // 4), 1, s),
-                 one(f"closed 4{tag}", ArrivalSpec(process="closed", concurrency=4),
-                     max(8, num_requests // 2), 4, s + 1)]
-        runs += [one(f"closed 16{_repeat(i, BATCH_REPEATS['closed16'])}{tag}",
-                     ArrivalSpec(process="closed", concurrency=16), max(8, num_requests // 2),
-                     16, s + 2 + i) for i in range(BATCH_REPEATS["closed16"])]
-        runs += [one(f"rate inf{_repeat(i, BATCH_REPEATS['inf'])}{tag}",
-                     ArrivalSpec(process="inf"), num_requests, None, s + 4 + i)
-                 for i in range(BATCH_REPEATS["inf"])]
-        rate = profile_poisson_rate(
-            data["request_throughput"] for _, data in runs[-BATCH_REPEATS["inf"]:])
-        runs.append(one(f"poisson {rate:.2f}{tag}", ArrivalSpec(process="poisson", rate=rate),
-                        num_requests // 2, None, s + 7))
-    return runs

@@ -38,6 +38,7 @@ from scipy.optimize import least_squares, nnls
 from sweetspot._errors import SweetspotError
 from sweetspot.backends.sim.cost import LinearStepModel, StepTimeModel, features
 from sweetspot.backends.sim.simulator import SimRun
+from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.requests import Request
 
 __all__ = ["FIT_METRICS", "FitReport", "Observation", "fit_step_model"]
@@ -60,6 +61,9 @@ class Observation:
     max_concurrency: int | None
     measured: dict[str, float]
     saturated: bool  # every request sent at t=0 (rate inf / closed loop): duration is informative
+    # The server's settings in this run when runs differ (a study's trials); None: every run
+    # had the one configuration the caller simulates.
+    config: ServingConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +73,9 @@ class FitReport:
     rows: tuple[tuple[str, str, float, float], ...]  # (run, metric, measured, predicted)
 
 
-Simulate = Callable[[Sequence[Request], int | None, StepTimeModel], SimRun]
+# Simulates one observation's run (its requests, concurrency limit and, where it has one, its
+# configuration) with a step model, ``trace=True``.
+Simulate = Callable[[Observation, StepTimeModel], SimRun]
 
 
 def _rows(run: SimRun, obs: Observation, half: float) -> list[tuple[str, np.ndarray, float]]:
@@ -142,8 +148,8 @@ def _solve(a: np.ndarray) -> np.ndarray:
 
 def fit_step_model(observations: Sequence[Observation], simulate_run: Simulate,
                    start: StepTimeModel) -> FitReport:
-    """Fit a ``LinearStepModel`` to ``observations``. ``simulate_run(requests, concurrency,
-    model)`` simulates one run (with ``trace=True``); ``start`` is the first trajectory's model."""
+    """Fit a ``LinearStepModel`` to ``observations``. ``simulate_run(observation, model)``
+    simulates one run (``Simulate``); ``start`` is the first trajectory's model."""
     if not observations:
         raise SweetspotError("calibration needs at least one measured run")
     model: StepTimeModel = start
@@ -152,7 +158,7 @@ def fit_step_model(observations: Sequence[Observation], simulate_run: Simulate,
     for iterations in range(1, _MAX_ITERATIONS + 1):  # noqa: B007 (reported below)
         equations = []
         for obs in observations:
-            run = simulate_run(obs.requests, obs.max_concurrency, model)
+            run = simulate_run(obs, model)
             equations += _rows(run, obs, model.request_latency_s / 2)
         if len(equations) < 2:
             raise SweetspotError("the measured runs give too few statistics to calibrate on")
@@ -167,7 +173,7 @@ def fit_step_model(observations: Sequence[Observation], simulate_run: Simulate,
         previous = solution
     rows = []
     for obs in observations:
-        run = simulate_run(obs.requests, obs.max_concurrency, model)
+        run = simulate_run(obs, model)
         for metric, row, value in _rows(run, obs, model.request_latency_s / 2):
             scale = 1.0 if metric == "duration" else 1000.0
             rows.append((obs.label, metric, value * scale, float(row @ np.append(
