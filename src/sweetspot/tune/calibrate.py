@@ -28,13 +28,12 @@ from sweetspot.backends.sim.fit import Observation
 from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.requests import sample_requests
 from sweetspot.spec.workload import ArrivalSpec, WorkloadSpec, validate_workload, workload_to_dict
+from sweetspot.tune.evaluate import TRAFFIC_SEED_OFFSET, traffic_workload
 
 __all__ = ["RUNS_PER_ROUND", "profile_server", "study_observations"]
 
 RUNS_PER_ROUND = 3 + BATCH_REPEATS["closed16"] + BATCH_REPEATS["inf"]  # + closed 1, 4, poisson
 # How ``Evaluator`` draws a trial's traffic run apart from its capacity run.
-TRAFFIC_SEED_OFFSET = 7919
-RATED = ("poisson", "gamma", "constant")
 
 
 def _repeat(i: int, of: int) -> str:
@@ -167,10 +166,8 @@ def _requests_of(run: Mapping[str, Any], workload: WorkloadSpec, seed: int, voca
         wl = dataclasses.replace(workload, arrival=ArrivalSpec(process="inf"))
         run_seed = seed
     elif run["kind"] == "traffic":
-        wl = workload
-        if run.get("rate") is not None and workload.arrival.process in RATED:
-            wl = dataclasses.replace(workload, arrival=dataclasses.replace(
-                workload.arrival, rate=float(run["rate"])))
+        wl = workload if run.get("rate") is None else traffic_workload(workload,
+                                                                         float(run["rate"]))
         run_seed = seed + TRAFFIC_SEED_OFFSET
     else:
         raise ValueError(f"unknown kind {run['kind']!r} (capacity or traffic)")

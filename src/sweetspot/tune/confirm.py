@@ -53,7 +53,7 @@ class Confirmation:
         head = (f"trial {a} beats trial {b}" if self.verdict == "winner"
                 else f"trials {a} and {b} tie")
         tail = f", {self.failed_pairs} pair(s) failed" if self.failed_pairs else ""
-        return (f"{head}: {self.ratio:+.1%} capacity, {LEVEL:.0%} interval "
+        return (f"{head}: {self.ratio:+.1%} capacity, {LEVEL * 100:g} % interval "
                 f"[{low:+.1%}, {high:+.1%}], paired over {len(self.samples[0])} runs each"
                 f"{tail}")
 

@@ -61,6 +61,7 @@ def config_to_json(config: ServingConfig) -> dict[str, Any]:
 # The capacity run holds this many batches' worth of requests (estimated from max-num-seqs and
 # the KV cache), so its saturated window is long against ramp-up and drain; at most this many.
 CAPACITY_TURNOVERS = 4
+TRAFFIC_SEED_OFFSET = 7919  # the traffic run's requests: another draw than the capacity run's
 MAX_CAPACITY_REQUESTS = 4096
 
 
@@ -131,7 +132,8 @@ class Evaluator:
             more = []
             if self.offered_rate is not None:
                 traffic = traffic_workload(self.workload, self.offered_rate)
-                more.append((sample_requests(traffic, self.num_requests, seed=seed + 7919,
+                more.append((sample_requests(traffic, self.num_requests,
+                                             seed=seed + TRAFFIC_SEED_OFFSET,
                                              vocab_size=self.vocab_size), self._load()))
             self._cache[key] = (first, tuple(more))
         first, more = self._cache[key]
@@ -139,9 +141,10 @@ class Evaluator:
 
     def evaluate(self, config: ServingConfig, *, repeat: int = 0) -> tuple[dict, Trial]:
         """Row (without number/phase) and the trial itself."""
-        first, load, more = self._runs(config, self.seed + 1000 * repeat)
+        seed = self.seed + 1000 * repeat
+        first, load, more = self._runs(config, seed)
         trial = self.backend.run(config, first, load, more=more)
-        return self.row(config, trial), trial
+        return self.row(config, trial, seed=seed), trial
 
     def capacity(self, config: ServingConfig) -> tuple[SteadyState | None, Trial]:
         """The capacity run alone (``--rate auto`` needs the baseline's before any traffic)."""
@@ -187,7 +190,7 @@ class Evaluator:
             probes.append(probe)
         return probes
 
-    def row(self, config: ServingConfig, trial: Trial) -> dict:
+    def row(self, config: ServingConfig, trial: Trial, *, seed: int | None = None) -> dict:
         metrics: dict[str, Any] = {}
         facts = dict(trial.facts)
         failed = None
@@ -222,9 +225,11 @@ class Evaluator:
                     facts.setdefault("peak_kv_usage", m.server.peak_kv_cache_usage)
                     facts.setdefault("spec_acceptance_rate", m.server.spec_acceptance_rate)
             if self.measured:  # every run's own result, for calibrate --study
-                runs.append(_run_entry("capacity", trial.run, None, capacity))
+                seed = self.seed if seed is None else seed
+                runs.append(_run_entry("capacity", trial.run, None, capacity, seed))
                 if traffic is not capacity:
-                    runs.append(_run_entry("traffic", trial.more_runs[0], offered, traffic))
+                    runs.append(_run_entry("traffic", trial.more_runs[0], offered, traffic,
+                                           seed + TRAFFIC_SEED_OFFSET))
         missed = [] if over else [key for key, limit in self.slos.items()
                                   if key not in metrics or metrics[key] > limit]
         memory = trial.memory
@@ -251,7 +256,7 @@ class Evaluator:
         return row
 
 
-def _run_entry(kind: str, run, rate: float | None, measurement) -> dict:
-    records = run.records
-    return {"kind": kind, "num_requests": len(records), "rate": rate,
+def _run_entry(kind: str, run, rate: float | None, measurement, seed: int) -> dict:
+    """One run as stored with its row: enough to draw its requests again (calibrate --study)."""
+    return {"kind": kind, "num_requests": len(run.records), "rate": rate, "seed": seed,
             "max_concurrency": None, "result": measurement.to_dict()}

@@ -35,6 +35,7 @@ DEFAULT_LATENCY_KEYS = ("p99_ttft_ms", "p99_tpot_ms")
 # The smallest relative difference a pick acts on: the simulator is deterministic per seed, so
 # its resolution is what its own repeats move; a measured single run is noisier.
 RESOLUTION = {"sim": 0.02, "measured": 0.05}
+NEGLIGIBLE = 0.005  # a difference too small to mention at all
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +179,8 @@ def _unmeasurable(goal: _Goal, row: dict, best: dict, base_config: Mapping | Non
     if not reverted:
         return ()
     diff = goal.figure(best) / (goal.figure(row) or 1.0) - 1
+    if abs(diff) < NEGLIGIBLE:  # the best only differs by rounding: nothing worth saying
+        return ()
     what = ", ".join(f"{k} {_text(best['config'].get(k))}" for k in reverted)
     return (f"no measurable gain from {what}: trial {best.get('number')} with "
             f"{'it' if len(reverted) == 1 else 'them'} is within the {resolution:.0%} "

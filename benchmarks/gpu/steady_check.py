@@ -1,0 +1,125 @@
+"""Does a study's capacity figure hold up against a long run of the same server?
+
+For each max-num-seqs value, one real vLLM server runs, back to back:
+
+1. the capacity run `sweetspot tune` gives that configuration (the workload's lengths, all sent
+   at once, sized by the study's own batch estimate) and its steady-state capacity
+   (``metrics.capacity``: the saturated window of the burst);
+2. on the same server, a long closed loop at the configuration's batch capacity (max-num-seqs
+   in flight; where the KV cache holds fewer, the rest queue: still saturated),
+   ``--turnovers`` batches long, whose output rate between the first whole turnover and the
+   last send is the server's steady state measured the slow way.
+
+Both come back as JSON (``--out``), with the ratio; issue 17 asks for agreement within 10 %.
+
+    python benchmarks/gpu/steady_check.py --model M --tokenizer T --gpu h100 \
+        --workload W.json --mns 32,128,1024 --server-args "--enforce-eager --max-model-len 4096" \
+        --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from sweetspot.backends.loadgen import LoadConfig
+from sweetspot.backends.sim import SimSetup
+from sweetspot.backends.vllm import VllmBackend
+from sweetspot.metrics.capacity import steady_state
+from sweetspot.metrics.run import measure
+from sweetspot.spec.hardware import load_hardware
+from sweetspot.spec.knobs import ServingConfig
+from sweetspot.spec.loaders import load_workload
+from sweetspot.spec.model import load_model
+from sweetspot.spec.requests import sample_requests
+from sweetspot.spec.version import parse_vllm_version
+from sweetspot.spec.workload import ArrivalSpec
+from sweetspot.tune.evaluate import Evaluator
+from sweetspot.tune.study import batch_estimator
+
+
+def closed_loop_rate(records, concurrency: int) -> tuple[float, tuple[float, float]]:
+    """Output tok/s of a closed loop between its first whole turnover (the concurrency-th
+    completion) and its last send (after which the batch only drains)."""
+    ok = [r for r in records if r.ok and r.chunk_times_s]
+    ends = np.sort([r.end_s for r in ok])
+    opens = float(ends[min(concurrency, len(ends)) - 1])
+    closes = float(max(r.sent_s for r in ok))
+    tokens = 0.0
+    for r in ok:
+        times = np.asarray(r.chunk_times_s)
+        tokens += np.count_nonzero((times > opens) & (times <= closes)) * r.output_tokens / len(
+            times)
+    return (tokens / (closes - opens) if closes > opens else 0.0), (opens, closes)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--tokenizer", required=True)
+    ap.add_argument("--gpu", default="h100")
+    ap.add_argument("--vllm-python", default=sys.executable)
+    ap.add_argument("--workload", default="chat")
+    ap.add_argument("--num-requests", type=int, default=200)
+    ap.add_argument("--mns", default="32,128,1024")
+    ap.add_argument("--prefix-caching", default="true")
+    ap.add_argument("--turnovers", type=int, default=8)
+    ap.add_argument("--server-args", default="--enforce-eager --max-model-len 4096")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    hardware = load_hardware(args.gpu)
+    resolved = load_model(args.model)
+    workload = load_workload(args.workload)
+    backend = VllmBackend(args.model, trials_dir=args.out / "trials",
+                          tokenizer_dir=args.tokenizer, python=args.vllm_python,
+                          hardware=hardware, extra_args=shlex.split(args.server_args),
+                          dummy_weights=True)
+    version = parse_vllm_version(str(backend.version))
+    quant = resolved.quantization or resolved.arch.default_quantization()
+    setup = SimSetup(hardware, resolved.arch, quant, ServingConfig(), version)
+    evaluator = Evaluator(backend, workload, args.num_requests, {}, vocab_size=32_000,
+                          batch_estimate=batch_estimator(setup, workload.prefix.length))
+    burst = dataclasses.replace(workload, arrival=ArrivalSpec(process="inf"))
+    results = []
+    for mns in (int(v) for v in args.mns.split(",")):
+        config = ServingConfig(max_num_seqs=mns,
+                               enable_prefix_caching=args.prefix_caching.lower() == "true")
+        capacity_requests = evaluator.capacity_requests(config, seed=0)
+        loop_requests = sample_requests(burst, args.turnovers * mns, seed=1, vocab_size=32_000)
+        started = time.monotonic()
+        trial = backend.run(config, capacity_requests, LoadConfig(base_url="", model=""),
+                            more=[(loop_requests, LoadConfig(base_url="", model="",
+                                                             max_concurrency=mns))])
+        entry = {"max_num_seqs": mns, "prefix_caching": config.enable_prefix_caching,
+                 "status": trial.status, "cause": trial.cause}
+        if trial.ok:
+            steady = steady_state(trial.run.records, trial.run.duration_s)
+            entry.update(capacity_requests=len(capacity_requests),
+                         capacity_tok_s=steady.output_throughput,
+                         capacity_req_s=steady.request_throughput,
+                         saturated=steady.saturated, peak_running=steady.peak_running,
+                         window_s=steady.window_s,
+                         burst_plain_tok_s=measure(trial.run).result.output_throughput)
+            if trial.more_runs:
+                rate, window = closed_loop_rate(trial.more_runs[0].records, mns)
+                entry.update(loop_requests=len(loop_requests), loop_concurrency=mns,
+                             loop_tok_s=rate, loop_window_s=window,
+                             ratio=steady.output_throughput / rate if rate else None)
+        entry["seconds"] = round(time.monotonic() - started, 1)
+        print(json.dumps(entry), flush=True)
+        results.append(entry)
+        (args.out / "steady_check.json").write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
