@@ -111,3 +111,11 @@ def test_nothing_to_draw_without_a_baseline_or_picks():
 def test_every_metric_says_which_way_is_better():
     assert [m.higher_is_better for m in PICK_METRICS] == [True, False, False, False]
     assert [m.latency for m in PICK_METRICS] == [False, True, True, False]
+
+
+def test_small_numbers_keep_enough_digits_to_differ():
+    study = make_study()
+    study["trials"][0]["metrics"]["p99_tpot_ms"] = 1.76
+    study["trials"][8]["metrics"]["p99_tpot_ms"] = 1.41
+    bars = panel(picks_data(study), "p99_tpot_ms").bars
+    assert (bars[0].text, bars[2].text) == ("1.76", "1.41 (-20 %)")

@@ -135,8 +135,10 @@ def percent(change: float) -> str:
 
 
 def _digits(value: float, unit: str) -> int:
-    """Digits after the point: enough to tell bars apart, no more (1,882 tok/s; 23.2 ms)."""
-    return 1 if unit == "GiB" or abs(value) < 100 else 0
+    """Digits after the point: enough to tell bars apart, no more (1,882; 23.2; 1.76; 73.4 GiB)."""
+    if unit == "GiB":
+        return 1
+    return 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
 
 
 def _over_capacity_note(rows: Iterable[tuple[str, Mapping[str, Any]]]) -> str:

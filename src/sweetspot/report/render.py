@@ -56,7 +56,7 @@ VERDICT_STYLE = {  # picks figure: (face colour, hatch, legend entry)
     BASELINE: (BASE_COLOR, None, "baseline"),
     BETTER: (MEMORY_COLOR, None, "better than baseline"),
     WORSE: (FAIL_COLOR, None, "worse than baseline"),
-    SAME: (THROUGHPUT_COLOR, None, f"within {SAME_WITHIN:.0%} of baseline"),
+    SAME: (THROUGHPUT_COLOR, None, f"within {100 * SAME_WITHIN:g} % of baseline"),
     UNRATED: ("#9ecae1", None, "no comparable baseline value"),
     OVER_CAPACITY: ("#dddddd", "///", "over capacity: not comparable"),
 }
