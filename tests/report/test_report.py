@@ -29,6 +29,7 @@ from sweetspot.report import (
     sweep_data,
     terminal_tables,
 )
+from sweetspot.report.study import knob_axis_label
 
 GIB = 2**30
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -283,9 +284,28 @@ def test_pareto_data_uses_the_study_front_failures_and_goals():
     assert [p.trial for p in pareto_data(study).front] == [8, 10]  # computed: 8 dominates 1
 
 
+def test_pareto_labels_name_goals_once_per_trial_and_flag_over_capacity():
+    study = make_study()
+    study["trials"].append(copy.deepcopy(study["trials"][0]))  # a trial listed twice
+    study["trials"][8]["over_capacity"] = True
+    data = pareto_data(study)
+    assert len(data.points) == 10
+    labels = {p.trial: p.label for p in data.points if p.label}
+    assert labels == {10: "max-throughput, balanced (#10)", 8: "low-latency (#8)"}
+    assert [p.trial for p in data.points if p.over_capacity] == [8]
+
+
+def test_knob_axis_labels_carry_units():
+    assert knob_axis_label("max_model_len") == "max_model_len (tokens)"
+    assert knob_axis_label("gpu_memory_utilization") == (
+        "gpu_memory_utilization (share of device memory)")
+    assert knob_axis_label("enable_prefix_caching") == "enable_prefix_caching"
+
+
 def test_picks_data_and_rows_put_the_baseline_first():
     study = make_study()
-    assert [(b.label, b.trial, b.output_throughput) for b in picks_data(study)] == [
+    (throughput, *_) = picks_data(study).panels
+    assert [(b.goal, b.trial, b.value) for b in throughput.bars] == [
         ("baseline", 0, 1000.0), ("max-throughput", 10, 1300.0), ("low-latency", 8, 1150.0),
         ("balanced", 10, 1300.0)]
     rows = pick_rows(study)
@@ -346,10 +366,10 @@ def test_build_does_not_change_the_study(tmp_path):
 def test_terminal_tables_picks_then_one_per_knob():
     tables = terminal_tables(make_study())
     assert [t.title for t in tables] == [
-        "Picks — chat-a100", "max_num_seqs (one knob at a time)",
+        "Picks — chat-a100", "What each pick changes", "max_num_seqs (one knob at a time)",
         "max_model_len (one knob at a time)", "scheduling_policy (one knob at a time)",
         "speculative (one knob at a time)"]
-    assert tables[0].row_count == 4 and tables[1].row_count == 4
+    assert [t.row_count for t in tables[:3]] == [4, 3, 4]
     console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     for table in tables:
         console.print(table)

@@ -7,7 +7,6 @@ table rows (``tables``) are pure and tested; ``render`` draws them with matplotl
 
 from sweetspot.report.build import ReportFiles, build_report, picks_document
 from sweetspot.report.figures import (
-    Bar,
     KnobGain,
     ParetoData,
     ParetoPoint,
@@ -19,21 +18,30 @@ from sweetspot.report.figures import (
     max_model_len_data,
     pareto_data,
     pareto_front,
-    picks_data,
     policy_latency_data,
     speculative_data,
     sweep_data,
     sweeps,
 )
 from sweetspot.report.html import render_html
+from sweetspot.report.picks_figure import (
+    GoalMetric,
+    PickBar,
+    PicksData,
+    PicksPanel,
+    picks_data,
+)
 from sweetspot.report.tables import PickRow, csv_table, pick_rows, terminal_tables
 
 __all__ = [
-    "Bar",
+    "GoalMetric",
     "KnobGain",
     "ParetoData",
     "ParetoPoint",
+    "PickBar",
     "PickRow",
+    "PicksData",
+    "PicksPanel",
     "ReportFiles",
     "SpeculativeData",
     "SpeculativeSetup",

@@ -88,19 +88,17 @@ class KnobGain:
 
 
 @dataclass(frozen=True, slots=True)
-class Bar:
-    label: str  # "baseline" or a goal name
-    trial: int
-    output_throughput: float | None
-    p99_e2el_ms: float | None
-
-
-@dataclass(frozen=True, slots=True)
 class ParetoPoint:
     trial: int
     output_throughput: float
     p99_e2el_ms: float
     goals: tuple[str, ...]  # goals whose pick is this trial
+    over_capacity: bool = False  # run above its capacity: its latency is not comparable
+
+    @property
+    def label(self) -> str:
+        """``"low-latency, balanced (#36)"`` for a picked point, else empty."""
+        return f"{', '.join(self.goals)} (#{self.trial})" if self.goals else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,20 +216,6 @@ def knob_gains_data(study: Mapping[str, Any]) -> tuple[KnobGain, ...]:
     return tuple(sorted(gains, key=lambda g: -g.gain_pct))
 
 
-def picks_data(study: Mapping[str, Any]) -> tuple[Bar, ...]:
-    """Baseline first, then each pick whose trial exists; empty when there is nothing to compare."""
-    base = baseline_trial(study)
-    trials = trials_by_number(study)
-    bars = [
-        _bar(str(p.get("goal")), trials[int(p["trial"])])
-        for p in study.get("picks") or ()
-        if p.get("trial") is not None and int(p["trial"]) in trials
-    ]
-    if base is None or not bars:
-        return ()
-    return (_bar("baseline", base), *bars)
-
-
 def pareto_data(study: Mapping[str, Any]) -> ParetoData | None:
     """All ok trials in throughput-vs-P99-E2EL space, the front, failures and picks.
 
@@ -244,13 +228,18 @@ def pareto_data(study: Mapping[str, Any]) -> ParetoData | None:
             goals.setdefault(int(pick["trial"]), []).append(str(pick.get("goal")))
     points = []
     failed = []
+    seen: set[int] = set()
     for trial in study.get("trials") or ():
         number = int(trial["number"])
+        if number in seen:  # a study may list a trial twice: one point each
+            continue
+        seen.add(number)
         x, y = metric(trial, THROUGHPUT), metric(trial, P99_E2EL)
         if not is_ok(trial):
             failed.append((number, str(trial.get("status"))))
         elif x is not None and y is not None:
-            points.append(ParetoPoint(number, x, y, tuple(goals.get(number, ()))))
+            points.append(ParetoPoint(number, x, y, tuple(goals.get(number, ())),
+                                      bool(trial.get("over_capacity"))))
     if len(points) < 2:
         return None
     by_number = {p.trial: p for p in points}
@@ -301,10 +290,6 @@ def _ok_only(sweep: SweepData) -> SweepData | None:
     values = [p.value for p in ok]
     log_x = sweep.numeric and min(values) > 0 and max(values) / min(values) >= LOG_X_SPAN
     return SweepData(knob=sweep.knob, numeric=sweep.numeric, log_x=log_x, points=ok)
-
-
-def _bar(label: str, trial: Mapping[str, Any]) -> Bar:
-    return Bar(label, int(trial["number"]), metric(trial, THROUGHPUT), metric(trial, P99_E2EL))
 
 
 def _is_number(value: Any) -> bool:

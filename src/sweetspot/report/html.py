@@ -37,12 +37,14 @@ CAPTIONS = {
                        "each setup, with the change against no speculation.",
     "knob_gains.png": "Each knob tried on its own: its best value's output throughput over the "
                       "baseline's.",
-    "picks.png": "Before and after: the baseline against each pick.",
+    "picks.png": "Each pick against the baseline on every goal's number: output throughput, "
+                 "P99 TTFT, P99 TPOT and device memory (green better, red worse; hatched: "
+                 "measured above capacity, not comparable).",
     "goodput.png": "The rate search: each SLO'd latency as a share of its limit at rising "
                    "offered rates; the goodput capacity is the highest rate with every line "
                    "under 1.",
     "pareto.png": "Every ok trial in throughput vs P99 end-to-end latency; the Pareto front "
-                  "joined, picks named, failed trials marked on the bottom axis.",
+                  "joined, picks ringed and named, failed trials listed below the plot.",
 }
 _HEADER_FIELDS = (("model", "model"), ("gpu", "GPU"), ("vllm_version", "vLLM"),
                   ("workload", "workload"), ("backend", "backend"), ("objective", "objective"),

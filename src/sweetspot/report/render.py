@@ -1,21 +1,25 @@
 """Thin matplotlib renderers: one figure-data object in, one PNG out.
 
-Figures are built on ``matplotlib.figure.Figure`` directly, never through pyplot, so rendering
-selects no GUI backend, keeps no global figure registry and is safe in any thread; PNGs are
-written by the Agg canvas. Importing this module loads matplotlib (about a second), so callers
-that only print tables should not import it.
+Figures are built on ``matplotlib.figure.Figure`` with an Agg canvas, never through pyplot, so
+rendering selects no GUI backend, keeps no global figure registry and is safe in any thread.
+Importing this module loads matplotlib (about a second), so callers that only print tables
+should not import it.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter
 
 from sweetspot.report.figures import (
-    Bar,
     KnobGain,
     ParetoData,
     SpeculativeData,
@@ -23,16 +27,40 @@ from sweetspot.report.figures import (
     knob_gains_data,
     max_model_len_data,
     pareto_data,
-    picks_data,
     policy_latency_data,
     speculative_data,
     sweeps,
 )
+from sweetspot.report.picks_figure import (
+    BASELINE,
+    BETTER,
+    OVER_CAPACITY,
+    SAME,
+    SAME_WITHIN,
+    UNRATED,
+    WORSE,
+    PicksData,
+    percent,
+    picks_data,
+)
+from sweetspot.report.placement import Box, place_labels
+from sweetspot.report.study import knob_axis_label
 
 DPI = 110
+SIZE = (7.5, 4.2)  # inches: every figure but the few below, which carry more
+SIZES = {"picks.png": (8.0, 5.6), "pareto.png": (7.5, 5.0), "speculative.png": (8.0, 4.4)}
 THROUGHPUT_COLOR, LATENCY_COLOR, MEMORY_COLOR, FAIL_COLOR, BASE_COLOR = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:gray")
 THROUGHPUT_LABEL = "output throughput (tok/s)"
+VERDICT_STYLE = {  # picks figure: (face colour, hatch, legend entry)
+    BASELINE: (BASE_COLOR, None, "baseline"),
+    BETTER: (MEMORY_COLOR, None, "better than baseline"),
+    WORSE: (FAIL_COLOR, None, "worse than baseline"),
+    SAME: (THROUGHPUT_COLOR, None, f"within {100 * SAME_WITHIN:g} % of baseline"),
+    UNRATED: ("#9ecae1", None, "no comparable baseline value"),
+    OVER_CAPACITY: ("#dddddd", "///", "over capacity: not comparable"),
+}
+WRAP = 18  # characters per line of a long category label
 
 
 def render_figures(study: Mapping[str, Any], out_dir: Path) -> tuple[Path, ...]:
@@ -51,7 +79,8 @@ def render_figures(study: Mapping[str, Any], out_dir: Path) -> tuple[Path, ...]:
     for name, data, draw in jobs:
         if not data:
             continue
-        fig = Figure(figsize=(7.5, 4.2), layout="constrained")
+        fig = Figure(figsize=SIZES.get(name, SIZE), dpi=DPI, layout="constrained")
+        FigureCanvasAgg(fig)  # the figure's canvas: measures text for label placement
         draw(data, fig)
         path = out_dir / name
         fig.savefig(path, dpi=DPI, metadata={"Software": None})  # no version: stable bytes
@@ -71,18 +100,18 @@ def _max_model_len(data: SweepData, fig: Figure) -> None:
             label="output throughput")
     _x_axis(ax, data)
     ax.set_ylabel(THROUGHPUT_LABEL)
-    ax.set_ylim(bottom=0)
+    _from_zero(ax)
+    _thousands(ax.yaxis)
     _mark_baseline(ax, data)
-    handles = ax.get_legend_handles_labels()
+    ax2 = None
     mem = [p for p in data.points if p.memory_gib is not None]
     if mem:
         ax2 = ax.twinx()
         ax2.plot([p.value for p in mem], [p.memory_gib for p in mem], "s--",
                  color=MEMORY_COLOR, label="memory used")
         ax2.set_ylabel("device memory (GiB)")
-        ax2.set_ylim(bottom=0)
-        handles = _merged(ax, ax2)
-    ax.legend(*handles, loc="lower right")
+        _from_zero(ax2)
+    _legend_below(fig, ax, ax2)
     ax.set_title("max-model-len: throughput and memory")
 
 
@@ -95,96 +124,169 @@ def _policy_latency(data: SweepData, fig: Figure) -> None:
     )):
         ax = fig.add_subplot(1, 2, i + 1)
         bars = ax.bar(labels, values, color=colors)
-        ax.bar_label(bars, fmt="%.0f")
+        ax.bar_label(bars, fmt="{:,.0f}")
+        ax.margins(y=0.12)
         ax.set_ylabel(name)
+        _thousands(ax.yaxis)
         ax.set_xlabel("scheduling policy (gray: baseline)")
     fig.suptitle("Tail latency per scheduling policy")
 
 
 def _speculative(data: SpeculativeData, fig: Figure) -> None:
-    labels = [s.label for s in data.setups]
-    ax = fig.add_subplot(1, 2, 1)
-    colors = [BASE_COLOR] + [THROUGHPUT_COLOR] * (len(labels) - 1)
-    bars = ax.bar(labels, [s.output_throughput for s in data.setups], color=colors)
-    ax.bar_label(bars, labels=[_pct(s.throughput_change) for s in data.setups])
-    ax.set_ylabel(THROUGHPUT_LABEL)
-    _slant(ax)
-    ax = fig.add_subplot(1, 2, 2)
-    width = 0.4
-    centre_name = data.tpot_metric.split("_")[0]
-    for offset, name, values, changes in (
-        (-width / 2, f"{centre_name} TPOT", [s.tpot_ms for s in data.setups],
-         [s.tpot_change for s in data.setups]),
-        (width / 2, "P99 TPOT", [s.p99_tpot_ms for s in data.setups],
-         [s.p99_tpot_change for s in data.setups]),
+    """Setups as rows (their labels are long), throughput left, TPOT right."""
+    setups = data.setups
+    ys = range(len(setups))
+    ax, ax2 = fig.subplots(1, 2, sharey=True)
+    ax.barh(ys, [s.output_throughput for s in setups],
+            color=[BASE_COLOR] + [THROUGHPUT_COLOR] * (len(setups) - 1))
+    for y, s in zip(ys, setups, strict=True):
+        _end_label(ax, y, s.output_throughput, f"{s.output_throughput:,.0f}"
+                   + _pct(s.throughput_change, " ({})"))
+    ax.set_yticks(ys, [_wrap(s.label) for s in setups])
+    ax.invert_yaxis()
+    ax.set_xlabel(THROUGHPUT_LABEL)
+    centre = data.tpot_metric.split("_")[0]
+    height = 0.38
+    for shift, name, color, values, changes in (
+        (-height / 2, f"{centre} TPOT", THROUGHPUT_COLOR, [s.tpot_ms for s in setups],
+         [s.tpot_change for s in setups]),
+        (height / 2, "P99 TPOT", LATENCY_COLOR, [s.p99_tpot_ms for s in setups],
+         [s.p99_tpot_change for s in setups]),
     ):
-        xs = [i + offset for i in range(len(labels))]
-        bars = ax.bar(xs, [v or 0.0 for v in values], width, label=name)
-        ax.bar_label(bars, labels=[_pct(c) for c in changes], fontsize=7)
-    ax.set_xticks(range(len(labels)), labels)
-    _slant(ax)
-    ax.set_ylabel("TPOT (ms)")
-    ax.legend()
+        for y, value, change in zip(ys, values, changes, strict=True):
+            if value is not None:
+                ax2.barh(y + shift, value, height, color=color,
+                         label=name if y == 0 else None)
+                _end_label(ax2, y + shift, value, f"{value:,.1f}" + _pct(change, " ({})"),
+                           size=7)
+    ax2.set_xlabel("time per output token (ms)")
+    for a in (ax, ax2):
+        a.margins(x=0.38)
+        a.set_xlim(left=0)
+        _thousands(a.xaxis)
+    _legend_below(fig, ax2)
     against = ("no speculation" if data.reference == "off"
                else f"the baseline ({data.reference})")
-    fig.suptitle(f"Speculative decoding vs {against} (bar labels: change)")
+    fig.suptitle(f"Speculative decoding vs {against} (in brackets: change)")
 
 
 def _knob_gains(gains: Sequence[KnobGain], fig: Figure) -> None:
     ax = fig.add_subplot()
     ordered = list(reversed(gains))  # barh draws bottom-up; best on top
     values = [g.gain_pct for g in ordered]
-    ax.barh([g.knob for g in ordered], values,
+    ax.barh(range(len(ordered)), values,
             color=[THROUGHPUT_COLOR if v >= 0 else FAIL_COLOR for v in values])
-    for i, g in enumerate(ordered):  # right of the bar, or of zero for a loss: never on a name
-        ax.annotate(f"{g.gain_pct:+.1f} % ({g.label})", (max(g.gain_pct, 0.0), i),
-                    xytext=(4, 0), textcoords="offset points", va="center")
+    ax.set_yticks(range(len(ordered)), [f"{g.knob}\n{_wrap('best: ' + g.label, 28)}"
+                                        for g in ordered], fontsize=8)
+    for i, g in enumerate(ordered):  # beyond the bar's end, on the side it grows to
+        gain = g.gain_pct >= 0
+        ax.annotate(f"{g.gain_pct:+.1f} %", (g.gain_pct, i), xytext=(4 if gain else -4, 0),
+                    textcoords="offset points", va="center", ha="left" if gain else "right",
+                    fontsize=8)
     ax.axvline(0, color="black", linewidth=0.8)
     ax.margins(x=0.25)
+    lo, hi = ax.get_xlim()
+    ax.set_xlim(min(lo, -1.0), max(hi, 1.0))  # all-zero gains still get a readable axis
     ax.set_xlabel("best value's output throughput vs baseline (%)")
     ax.set_title("Each knob's independent gain")
 
 
-def _picks(bars_data: Sequence[Bar], fig: Figure) -> None:
-    labels = [b.label for b in bars_data]
-    colors = [BASE_COLOR] + [THROUGHPUT_COLOR] * (len(labels) - 1)
-    for i, (name, values) in enumerate((
-        (THROUGHPUT_LABEL, [b.output_throughput or 0.0 for b in bars_data]),
-        ("P99 E2EL (ms)", [b.p99_e2el_ms or 0.0 for b in bars_data]),
-    )):
-        ax = fig.add_subplot(1, 2, i + 1)
-        bars = ax.bar(labels, values, color=colors if i == 0 else
-                      [BASE_COLOR] + [LATENCY_COLOR] * (len(labels) - 1))
-        ax.bar_label(bars, fmt="%.0f", fontsize=8)
-        ax.set_ylabel(name)
-        _slant(ax)
-    fig.suptitle("Before and after: baseline vs each pick")
+def _picks(data: PicksData, fig: Figure) -> None:
+    """Small multiples: one panel per goal's number, a bar per pick, the baseline dotted."""
+    axes = fig.subplots(2, 2, sharey=True).flat
+    verdicts: dict[str, None] = {}
+    for ax, panel in zip(axes, data.panels, strict=True):
+        bars = panel.bars
+        ys = range(len(bars))
+        for y, bar in zip(ys, bars, strict=True):
+            verdicts.setdefault(bar.verdict, None)
+            if bar.value is not None:
+                color, hatch, _ = VERDICT_STYLE[bar.verdict]
+                ax.barh(y, bar.value, color=color, hatch=hatch, edgecolor="white"
+                        if hatch is None else "#888888")
+            _end_label(ax, y, bar.value or 0.0, bar.text, size=7.5)
+        if panel.reference is not None:
+            ax.axvline(panel.reference, color="black", linestyle=":", linewidth=1)
+        ax.set_yticks(ys, [f"{b.goal} (#{b.trial})" for b in bars])
+        ax.margins(x=0.55)
+        ax.set_xlim(left=0)
+        _thousands(ax.xaxis)
+        m = panel.metric
+        better = "higher" if m.higher_is_better else "lower"
+        ax.set_title(f"{m.title} ({m.unit}), {better} is better", fontsize=9)
+    axes[0].invert_yaxis()  # shared: the baseline on top everywhere
+    handles = [Patch(facecolor=VERDICT_STYLE[v][0], hatch=VERDICT_STYLE[v][1],
+                     edgecolor="#888888", label=VERDICT_STYLE[v][2])
+               for v in VERDICT_STYLE if v in verdicts]
+    handles.append(Line2D([], [], color="black", linestyle=":", label="baseline value"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8,
+               frameon=False, title=_wrap(data.note, 110) or None, title_fontsize=8)
+    fig.suptitle("Each pick on every goal's number, against the baseline")
 
 
 def _pareto(data: ParetoData, fig: Figure) -> None:
     ax = fig.add_subplot()
-    ax.scatter([p.output_throughput for p in data.points], [p.p99_e2el_ms for p in data.points],
-               color=THROUGHPUT_COLOR, alpha=0.5, label="ok trial")
+    for over, style in ((False, {"color": THROUGHPUT_COLOR, "alpha": 0.5, "label": "ok trial"}),
+                        (True, {"facecolors": "none", "edgecolors": BASE_COLOR,
+                                "label": "above capacity (latency not comparable)"})):
+        points = [p for p in data.points if p.over_capacity == over]
+        if points:
+            ax.scatter([p.output_throughput for p in points], [p.p99_e2el_ms for p in points],
+                       **style)
     if data.front:
         ax.plot([p.output_throughput for p in data.front], [p.p99_e2el_ms for p in data.front],
                 "o-", color=LATENCY_COLOR, label="Pareto front")
-    for p in data.points:
-        if p.goals:
-            ax.annotate(", ".join(p.goals), (p.output_throughput, p.p99_e2el_ms),
-                        xytext=(5, 5), textcoords="offset points", fontsize=8)
-    n = len(data.failed)
-    for i, (number, status) in enumerate(data.failed):
-        # Failed trials have no throughput: a rug on the bottom axis, spread in trial order.
-        x = (i + 1) / (n + 1)
-        ax.plot(x, 0, "x", color=FAIL_COLOR, transform=ax.transAxes, clip_on=False,
-                label="failed (x: trial order)" if i == 0 else None)
-        ax.annotate(f"#{number} {status}", (x, 0), xycoords="axes fraction", xytext=(0, 6),
-                    textcoords="offset points", ha="center", fontsize=7, color=FAIL_COLOR)
-    ax.margins(x=0.15, y=0.1)  # room for goal names beside the outermost points
+    picked = [p for p in data.points if p.goals]
+    ax.scatter([p.output_throughput for p in picked], [p.p99_e2el_ms for p in picked],
+               s=80, facecolors="none", edgecolors="black", linewidths=1.2, label="pick")
+    ax.margins(x=0.08, y=0.1)
     ax.set_xlabel(THROUGHPUT_LABEL)
     ax.set_ylabel("P99 E2EL (ms)")
-    ax.legend(loc="upper left")
+    _thousands(ax.xaxis, ax.yaxis)
     ax.set_title("Throughput vs tail latency")
+    legend = ax.legend(loc="best", fontsize=8)
+    if data.failed:
+        shown = ", ".join(f"#{n} {status}" for n, status in data.failed[:8])
+        more = f" and {len(data.failed) - 8} more" if len(data.failed) > 8 else ""
+        fig.supxlabel(f"Not plotted (failed): {shown}{more}", fontsize=8, color=FAIL_COLOR)
+    _label_points(fig, ax, picked, [p.label for p in picked], legend)
+
+
+def _label_points(fig: Figure, ax: Any, points: Sequence[Any], texts: Sequence[str],
+                  legend: Any) -> None:
+    """Name each point beside it where no other name, point or the legend is (placement.py).
+
+    Placement works in pixels, so the layout is fixed first; a label moved away from its point
+    gets a thin leader line back to it.
+    """
+    if not points:
+        return
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    to_px = ax.transData.transform
+    anchors = [tuple(to_px((p.output_throughput, p.p99_e2el_ms))) for p in points]
+    sizes = []
+    for text in texts:
+        probe = ax.text(0, 0, text, fontsize=8)
+        extent = probe.get_window_extent(renderer)
+        sizes.append((extent.width + 4, extent.height + 2))
+        probe.remove()
+    marker = 7.0  # half a pick's ring, pixels
+    obstacles = [Box(x - marker, y - marker, x + marker, y + marker)
+                 for x, y in (to_px(xy) for c in ax.collections for xy in c.get_offsets())]
+    frame = legend.get_window_extent(renderer)
+    obstacles.append(Box(frame.x0, frame.y0, frame.x1, frame.y1))
+    b = ax.bbox
+    offsets = place_labels(anchors, sizes, Box(b.x0, b.y0, b.x1, b.y1), obstacles, gap=9)
+    px_to_pt = 72.0 / fig.dpi
+    for point, text, (w, h), (dx, dy) in zip(points, texts, sizes, offsets, strict=True):
+        far = max(abs(dx) - w / 2, abs(dy) - h / 2) > 12  # the near edge, in pixels
+        ax.annotate(text, (point.output_throughput, point.p99_e2el_ms),
+                    xytext=(dx * px_to_pt, dy * px_to_pt), textcoords="offset points",
+                    ha="center", va="center", fontsize=8,
+                    bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
+                    arrowprops={"arrowstyle": "-", "color": "#666666", "linewidth": 0.6,
+                                "shrinkA": 0, "shrinkB": 4} if far else None)
 
 
 def _goodput_data(study: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -203,19 +305,20 @@ def _goodput(search: Mapping[str, Any], fig: Figure) -> None:
         if points:
             ax.plot([x for x, _ in points], [y for _, y in points], "o-",
                     label=f"{key.removesuffix('_ms').replace('_', ' ').upper()} / {limit:g} ms")
-    for p in probes:
-        if not p.get("metrics"):  # the server failed before this rate ran
-            ax.plot(p["rate"], 0, "x", color=FAIL_COLOR, clip_on=False)
+    failed = [p["rate"] for p in probes if not p.get("metrics")]  # the server failed first
+    if failed:
+        ax.plot(failed, [0] * len(failed), "x", color=FAIL_COLOR, clip_on=False,
+                label="server failed")
     ax.axhline(1.0, color=FAIL_COLOR, linestyle="--", linewidth=1, label="SLO limit")
     best = search.get("max_rate")
     if best is not None:
         ax.axvline(best, color=MEMORY_COLOR, linestyle=":", label=f"goodput {best:.2f} req/s")
-    ax.axvline(search["capacity_rps"], color=BASE_COLOR, linestyle=":",
+    ax.axvline(search["capacity_rps"], color=BASE_COLOR, linestyle="-.", linewidth=1,
                label=f"capacity {search['capacity_rps']:.2f} req/s")
     ax.set_xlabel("offered rate (requests/s)")
-    ax.set_ylabel("latency / SLO limit")
+    ax.set_ylabel("latency / its SLO limit")
     ax.set_ylim(bottom=0)
-    ax.legend(loc="upper left", fontsize=8)
+    _legend_below(fig, ax)
     ax.set_title(f"Goodput: trial {search['trial']} at rising request rates")
 
 
@@ -225,14 +328,15 @@ def _sweep(data: SweepData, fig: Figure) -> None:
     ax.plot([_x(data, p) for p in ok], [p.output_throughput for p in ok], "o-",
             color=THROUGHPUT_COLOR, label="output throughput")
     ax.set_ylabel(THROUGHPUT_LABEL)
-    ax.set_ylim(bottom=0)
+    _from_zero(ax)
     _x_axis(ax, data)
     ax2 = ax.twinx()
     lat = [p for p in ok if p.p99_e2el_ms is not None]
     ax2.plot([_x(data, p) for p in lat], [p.p99_e2el_ms for p in lat], "s--",
              color=LATENCY_COLOR, label="P99 E2EL")
     ax2.set_ylabel("P99 E2EL (ms)")
-    ax2.set_ylim(bottom=0)
+    _from_zero(ax2)
+    _thousands(ax.yaxis, ax2.yaxis)
     for p in data.points:
         if p.status != "ok":
             x = _x(data, p)
@@ -241,7 +345,7 @@ def _sweep(data: SweepData, fig: Figure) -> None:
             ax.annotate(p.status, (x, 0), xycoords=ax.get_xaxis_transform(), xytext=(0, 8),
                         textcoords="offset points", ha="center", color=FAIL_COLOR)
     _mark_baseline(ax, data)
-    ax.legend(*_merged(ax, ax2), loc="best")
+    _legend_below(fig, ax, ax2)
     ax.set_title(f"{data.knob}: one knob at a time")
 
 
@@ -250,21 +354,28 @@ def _x(data: SweepData, point: Any) -> float:
 
 
 def _x_axis(ax: Any, data: SweepData) -> None:
+    labels = [p.label for p in data.points]
     if data.numeric:
         if data.log_x:
             ax.set_xscale("log", base=2)
-        ax.set_xticks([p.value for p in data.points], [p.label for p in data.points])
+        ax.set_xticks([p.value for p in data.points], labels)
+        ax.minorticks_off()
+        if max(map(len, labels), default=0) > 8 or len(labels) > 6:
+            _slant(ax)
     else:
-        ax.set_xticks(range(len(data.points)), [p.label for p in data.points])
+        ax.set_xticks(range(len(data.points)), [_wrap(label) for label in labels])
         ax.set_xlim(-0.5, len(data.points) - 0.5)
-    if max((len(p.label) for p in data.points), default=0) > 8 or len(data.points) > 6:
-        _slant(ax)
-    ax.set_xlabel(data.knob)
+    ax.set_xlabel(knob_axis_label(data.knob))
 
 
 def _slant(ax: Any) -> None:
     for label in ax.get_xticklabels():
         label.set(rotation=20, ha="right", rotation_mode="anchor")
+
+
+def _wrap(text: str, width: int = WRAP) -> str:
+    """Long labels on several lines, broken between words only (never inside a number)."""
+    return textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)
 
 
 def _mark_baseline(ax: Any, data: SweepData) -> None:
@@ -273,11 +384,37 @@ def _mark_baseline(ax: Any, data: SweepData) -> None:
         ax.axvline(_x(data, base), color=BASE_COLOR, linestyle=":", label="baseline")
 
 
-def _merged(ax: Any, ax2: Any) -> tuple[list, list]:
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
-    return h1 + h2, l1 + l2
+def _legend_below(fig: Figure, *axes: Any) -> None:
+    """One legend for every axis (twin axes included), under the plot: it never hides data."""
+    handles, labels = [], []
+    for ax in axes:
+        if ax is not None:
+            h, lab = ax.get_legend_handles_labels()
+            handles += h
+            labels += lab
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4),
+               fontsize=8, frameon=False)
 
 
-def _pct(change: float | None) -> str:
-    return "" if change is None else f"{100 * change:+.1f} %"
+def _end_label(ax: Any, y: float, x: float, text: str, size: float = 8) -> None:
+    """``text`` just right of a horizontal bar ending at ``x``."""
+    ax.annotate(text, (x, y), xytext=(3, 0), textcoords="offset points", va="center",
+                fontsize=size)
+
+
+def _from_zero(ax: Any) -> None:
+    """A y axis from 0 with headroom above the highest point, so no marker is cut in half."""
+    top = max((max(line.get_ydata(), default=0.0) for line in ax.get_lines()
+               if len(line.get_ydata()) and line.get_transform() == ax.transData),
+              default=1.0)
+    ax.set_ylim(0, 1.08 * top if top > 0 else 1.0)
+
+
+def _thousands(*axes: Any) -> None:
+    """Tick labels with thousands separators: 34,000 reads faster than 34000."""
+    for axis in axes:
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.10g}"))
+
+
+def _pct(change: float | None, template: str = "{}") -> str:
+    return "" if change is None else template.format(percent(change))

@@ -96,6 +96,26 @@ def value_label(value: Any, knob: str | None = None) -> str:
     return str(value)
 
 
+KNOB_UNITS = {
+    "max_model_len": "tokens",
+    "max_num_batched_tokens": "tokens per step",
+    "max_num_seqs": "requests",
+    "gpu_memory_utilization": "share of device memory",
+    "block_size": "tokens",
+    "num_scheduler_steps": "steps",
+    "long_prefill_token_threshold": "tokens",
+    "tensor_parallel_size": "GPUs",
+    "kv_offloading_bytes": "bytes",
+    "kv_cache_memory_bytes": "bytes",
+}
+
+
+def knob_axis_label(knob: str) -> str:
+    """A knob's axis title with its unit, when it has one: ``"max_model_len (tokens)"``."""
+    unit = KNOB_UNITS.get(knob)
+    return knob if unit is None else f"{knob} ({unit})"
+
+
 def config_changes(base: Mapping[str, Any] | None, config: Mapping[str, Any]) -> tuple[
     tuple[str, Any, Any], ...
 ]:

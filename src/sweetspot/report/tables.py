@@ -7,7 +7,7 @@ so the terminal and the HTML page print the same digits. Milliseconds and GiB ap
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,8 @@ class PickRow:
     p99_ttft_ms: float | None
     p99_tpot_ms: float | None
     p99_e2el_ms: float | None
+    memory_gib: float | None
+    over_capacity: bool  # latencies measured above the trial's capacity: not comparable
     gains: tuple[tuple[str, float], ...]  # (metric, relative change) from the pick, else computed
     reasons: tuple[str, ...]
     command: str  # the vllm serve command line; empty for the baseline
@@ -131,27 +133,80 @@ def csv_table(study: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def terminal_tables(study: Mapping[str, Any]) -> list[Table]:
-    """The picks table (baseline first) and one table per swept knob, for ``rich`` to print."""
+    """What ``sweetspot report`` prints, each table fitting an 80-column terminal.
+
+    The picks' numbers, then what each pick changes and gains (one item a line, so cells wrap
+    between items, never inside a number), the rate search, and one table per swept knob.
+    Number columns never wrap; only text columns (goals, changes, values, causes) do, at spaces.
+    """
     tables = []
     rows = pick_rows(study)
     if rows:
-        table = Table(title=f"Picks — {study.get('study', '')}".rstrip(" —"))
-        for i, header in enumerate(PICK_HEADERS):
-            table.add_column(header, justify="right" if 2 <= i <= 5 else "left")
-        for row in rows:
-            table.add_row(*pick_cells(row))
-        tables.append(table)
+        tables.append(picks_numbers_table(rows, str(study.get("study") or "")))
+        if len(rows) > 1:
+            tables.append(picks_changes_table(rows))
     search = study.get("rate_search")
     if search and "error" not in search:
         tables.append(goodput_table(search))
     for sweep in sweeps(study):
         table = Table(title=f"{sweep.knob} (one knob at a time)")
         for i, header in enumerate(SWEEP_HEADERS):
-            table.add_column(header, justify="right" if 1 <= i <= 3 else "left")
+            _column(table, header, number=1 <= i <= 3)
         for cells in sweep_cells(sweep):
             table.add_row(*cells, style=None if cells[-1] == "ok" else "red")
         tables.append(table)
     return tables
+
+
+TERMINAL_PICK_HEADERS = ("goal", "#", "output tok/s", "P99 TTFT ms", "P99 TPOT ms",
+                         "P99 E2EL ms", "memory GiB")
+OVER_CAPACITY_MARK = "*"
+
+
+def picks_numbers_table(rows: Sequence[PickRow], study_name: str = "") -> Table:
+    """Baseline and picks, numbers only: TERMINAL_PICK_HEADERS.
+
+    A latency measured above the trial's capacity carries OVER_CAPACITY_MARK and the caption
+    says it is not comparable.
+    """
+    table = Table(title=f"Picks — {study_name}".rstrip(" —"))
+    goal_width = max(len(row.goal) for row in rows)
+    for i, header in enumerate(TERMINAL_PICK_HEADERS):
+        _column(table, header, number=i >= 1, min_width=goal_width if i == 0 else None)
+    for row in rows:
+        mark = OVER_CAPACITY_MARK if row.over_capacity else ""
+        table.add_row(row.goal, str(row.trial), fmt_num(row.output_throughput),
+                      *(fmt_num(v) + mark for v in (row.p99_ttft_ms, row.p99_tpot_ms,
+                                                     row.p99_e2el_ms)),
+                      fmt_num(row.memory_gib), style="red" if row.status != "ok" else None)
+    if any(row.over_capacity for row in rows):
+        table.caption = (f"{OVER_CAPACITY_MARK} measured above the trial's capacity: its queue "
+                         "grew through the run, so the latency is not comparable")
+    return table
+
+
+def picks_changes_table(rows: Sequence[PickRow]) -> Table:
+    """Each pick's changes against the baseline and its gains, one item a line."""
+    table = Table(title="What each pick changes")
+    _column(table, "goal", min_width=max(len(row.goal) for row in rows))
+    _column(table, "changes vs baseline", ratio=3)
+    _column(table, "gain over baseline", ratio=2)
+    for row in rows:
+        if row.goal == "baseline":
+            continue
+        changes = row.changes.split(", ") if row.changes else [MISSING]
+        gains = gains_text(row.gains).split(", ") if row.gains else [MISSING]
+        table.add_row(row.goal, "\n".join(changes), "\n".join(gains))
+    return table
+
+
+def _column(table: Table, header: str, number: bool = False, ratio: int | None = None,
+            min_width: int | None = None) -> None:
+    """Numbers right-aligned and never wrapped, their unit under the name; text wraps at spaces."""
+    if number and " " in header:
+        header = "\n".join(header.rsplit(" ", 1))  # "P99 TTFT ms" -> "P99 TTFT" over "ms"
+    table.add_column(header, justify="right" if number else "left", no_wrap=number,
+                     ratio=ratio, min_width=min_width)
 
 
 GOODPUT_HEADERS = ("offered req/s", "P99 TTFT ms", "P99 TPOT ms", "P99 E2EL ms",
@@ -175,7 +230,7 @@ def goodput_cells(search: Mapping[str, Any]) -> list[tuple[str, ...]]:
 def goodput_table(search: Mapping[str, Any]) -> Table:
     table = Table(title=f"Goodput: trial {search.get('trial')} at rising request rates")
     for i, header in enumerate(GOODPUT_HEADERS):
-        table.add_column(header, justify="right" if i <= 3 else "left")
+        _column(table, header, number=i <= 3)
     for cells in goodput_cells(search):
         table.add_row(*cells, style=None if cells[4] == "met" else "red")
     return table
@@ -248,6 +303,8 @@ def _pick_row(goal: str, trial: Mapping[str, Any], base_config: Mapping[str, Any
         p99_ttft_ms=metric(trial, P99_TTFT),
         p99_tpot_ms=metric(trial, P99_TPOT),
         p99_e2el_ms=metric(trial, P99_E2EL),
+        memory_gib=memory_gib(trial) if trial.get("status") == "ok" else None,
+        over_capacity=bool(trial.get("over_capacity")),
         gains=gains,
         reasons=tuple(str(r) for r in pick.get("reasons") or ()),
         command=str(pick.get("command") or ""),
