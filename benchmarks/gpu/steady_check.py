@@ -5,8 +5,9 @@ For each max-num-seqs value, one real vLLM server runs, back to back:
 1. the capacity run `sweetspot tune` gives that configuration (the workload's lengths, all sent
    at once, sized by the study's own batch estimate) and its steady-state capacity
    (``metrics.capacity``: the saturated window of the burst);
-2. on the same server, a long closed loop at the configuration's batch capacity (max-num-seqs
-   in flight; where the KV cache holds fewer, the rest queue: still saturated),
+2. on the same server, a long closed loop with half a batch more in flight than the
+   configuration's batch capacity (1.5 x max-num-seqs: the server always has a queue, so a
+   finished request's slot is refilled at the next step, not after the client's turnaround),
    ``--turnovers`` batches long, whose output rate between the first whole turnover and the
    last send is the server's steady state measured the slow way.
 
@@ -49,6 +50,8 @@ def closed_loop_rate(records, concurrency: int) -> tuple[float, tuple[float, flo
     """Output tok/s of a closed loop between its first whole turnover (the concurrency-th
     completion) and its last send (after which the batch only drains)."""
     ok = [r for r in records if r.ok and r.chunk_times_s]
+    if not ok:
+        return 0.0, (0.0, 0.0)
     ends = np.sort([r.end_s for r in ok])
     opens = float(ends[min(concurrency, len(ends)) - 1])
     closes = float(max(r.sent_s for r in ok))
@@ -85,8 +88,9 @@ def main() -> int:
                           dummy_weights=True)
     version = parse_vllm_version(str(backend.version))
     quant = resolved.quantization or resolved.arch.default_quantization()
+    vocab = min(resolved.arch.vocab_size, 32_000)  # as a study draws prompt ids
     setup = SimSetup(hardware, resolved.arch, quant, ServingConfig(), version)
-    evaluator = Evaluator(backend, workload, args.num_requests, {}, vocab_size=32_000,
+    evaluator = Evaluator(backend, workload, args.num_requests, {}, vocab_size=vocab,
                           batch_estimate=batch_estimator(setup, workload.prefix.length))
     burst = dataclasses.replace(workload, arrival=ArrivalSpec(process="inf"))
     results = []
@@ -94,11 +98,12 @@ def main() -> int:
         config = ServingConfig(max_num_seqs=mns,
                                enable_prefix_caching=args.prefix_caching.lower() == "true")
         capacity_requests = evaluator.capacity_requests(config, seed=0)
-        loop_requests = sample_requests(burst, args.turnovers * mns, seed=1, vocab_size=32_000)
+        in_flight = (3 * mns + 1) // 2
+        loop_requests = sample_requests(burst, args.turnovers * mns, seed=1, vocab_size=vocab)
         started = time.monotonic()
         trial = backend.run(config, capacity_requests, LoadConfig(base_url="", model=""),
                             more=[(loop_requests, LoadConfig(base_url="", model="",
-                                                             max_concurrency=mns))])
+                                                             max_concurrency=in_flight))])
         entry = {"max_num_seqs": mns, "prefix_caching": config.enable_prefix_caching,
                  "status": trial.status, "cause": trial.cause}
         if trial.ok:
@@ -110,8 +115,11 @@ def main() -> int:
                          window_s=steady.window_s,
                          burst_plain_tok_s=measure(trial.run).result.output_throughput)
             if trial.more_runs:
-                rate, window = closed_loop_rate(trial.more_runs[0].records, mns)
-                entry.update(loop_requests=len(loop_requests), loop_concurrency=mns,
+                loop = measure(trial.more_runs[0])
+                entry.update(loop_errors=dict(loop.errors), burst_errors=dict(
+                    measure(trial.run).errors))
+                rate, window = closed_loop_rate(trial.more_runs[0].records, in_flight)
+                entry.update(loop_requests=len(loop_requests), loop_concurrency=in_flight,
                              loop_tok_s=rate, loop_window_s=window,
                              ratio=steady.output_throughput / rate if rate else None)
         entry["seconds"] = round(time.monotonic() - started, 1)
