@@ -1227,7 +1227,7 @@ def _print_tune_commands(settings, changes: dict) -> int:
     from sweetspot.spec.model import load_model
     from sweetspot.spec.workload import validate_workload
     from sweetspot.tune.space import value_label
-    from sweetspot.tune.study import _backend, resolve_space_and_baseline
+    from sweetspot.tune.study import _backend, fixed_values, resolve_space_and_baseline
     from sweetspot.tune.tuner import config_from_json
 
     if settings.backend != "vllm":
@@ -1241,7 +1241,7 @@ def _print_tune_commands(settings, changes: dict) -> int:
     workload = validate_workload(settings.workload, "the study's workload")
     space, baseline = resolve_space_and_baseline(
         settings.space or None, changes, config_from_json(settings.baseline), version,
-        hardware, resolved.arch, workload)
+        hardware, resolved.arch, workload, fixed=fixed_values(settings.fixed))
     backend = _backend(settings, SimSetup(hardware, resolved.arch, quant, ServingConfig(),
                                           version), settings.model, baseline)
 
