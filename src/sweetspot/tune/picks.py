@@ -236,7 +236,9 @@ def _figure_line(goal: str, row: dict, baseline: dict | None, keys: Sequence[str
                 "req/s) at steady state")
     if goal == "low-latency":
         figures = ", ".join(f"{_key_label(k)} {_ms(m.get(k))}" for k in keys)
-        line = f"lowest {', '.join(_key_label(k) for k in keys)}{at}: {figures}"
+        what = _key_label(keys[0]) if len(keys) == 1 else (
+            " and ".join(_key_label(k) for k in keys) + " together (geometric mean)")
+        line = f"lowest {what}{at}: {figures}"
         if baseline is not None and not _same(row, baseline) and baseline.get("metrics") \
                 and not baseline.get("over_capacity"):
             line += " (baseline: " + ", ".join(_ms(baseline["metrics"].get(k))
