@@ -1221,29 +1221,16 @@ def _print_tune_commands(settings, changes: dict) -> int:
     """--dry-run: the exact server commands of the baseline and of the first sweep (each knob
     of the space changed alone from the baseline: what ofat and auto run first; grid and
     optuna combine the same values), built by the study's own backend. Nothing starts."""
-    from sweetspot.backends.sim import SimSetup
     from sweetspot.engine.validate import validate_config
-    from sweetspot.spec.knobs import ServingConfig
-    from sweetspot.spec.model import load_model
-    from sweetspot.spec.workload import validate_workload
     from sweetspot.tune.space import value_label
-    from sweetspot.tune.study import _backend, fixed_values, resolve_space_and_baseline
-    from sweetspot.tune.tuner import config_from_json
+    from sweetspot.tune.study import _backend, resolve_study
 
     if settings.backend != "vllm":
         raise SweetspotError("--dry-run prints the servers that --backend vllm would start; "
                              f"backend {settings.backend} starts none")
-    version = parse_vllm_version(settings.vllm_version)
-    hardware = load_hardware(settings.gpu)
-    resolved = load_model(settings.model)
-    quant = (load_quantization(settings.quant) if settings.quant
-             else resolved.quantization or resolved.arch.default_quantization())
-    workload = validate_workload(settings.workload, "the study's workload")
-    space, baseline = resolve_space_and_baseline(
-        settings.space or None, changes, config_from_json(settings.baseline), version,
-        hardware, resolved.arch, workload, fixed=fixed_values(settings.fixed))
-    backend = _backend(settings, SimSetup(hardware, resolved.arch, quant, ServingConfig(),
-                                          version), settings.model, baseline)
+    study = resolve_study(settings, changes)
+    hardware, space, baseline = study.hardware, study.space, study.baseline
+    backend = _backend(settings, study.setup(), settings.model, baseline)
 
     def show(label: str, config) -> None:
         refused = [p.message for p in validate_config(config, backend.version, hardware)

@@ -163,12 +163,45 @@ def _backend(settings: StudySettings, setup, model_ref: str, baseline: ServingCo
                        run_timeout_s=v.get("run_timeout_s"))
 
 
+@dataclass(frozen=True)
+class ResolvedStudy:
+    """What a study's settings name, loaded: the specs every trial is built from."""
+
+    version: Any
+    hardware: Any
+    model: Any  # ResolvedModel: the architecture and the checkpoint's quantisation
+    quant: Quantization
+    workload: Any
+    space: SearchSpace
+    baseline: ServingConfig
+
+    def setup(self, acceptance: float | None = None):
+        from sweetspot.backends.sim import SimSetup
+
+        return SimSetup(self.hardware, self.model.arch, self.quant, ServingConfig(),
+                        self.version, spec_acceptance=acceptance)
+
+
+def resolve_study(settings: StudySettings, space_changes: dict | None = None) -> ResolvedStudy:
+    """Load what ``settings`` name: release, GPU, model, quantisation, workload, and the space
+    and baseline with --space changes and --fix pins applied."""
+    version = parse_vllm_version(settings.vllm_version)
+    hardware = load_hardware(settings.gpu)
+    resolved = load_model(settings.model)
+    quant = (load_quantization(settings.quant) if settings.quant
+             else resolved.quantization or resolved.arch.default_quantization())
+    workload = validate_workload(settings.workload, "the study's workload")
+    space, baseline = resolve_space_and_baseline(
+        settings.space or None, space_changes or {}, config_from_json(settings.baseline),
+        version, hardware, resolved.arch, workload, fixed=fixed_values(settings.fixed))
+    return ResolvedStudy(version, hardware, resolved, quant, workload, space, baseline)
+
+
 def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
               space_changes: dict | None = None,
               on_trial: Callable[[dict, dict | None], None] | None = None,
               on_phase: Callable[[str], None] | None = None) -> dict:
     """Run (or continue) the study; returns ``study_data`` of the result."""
-    from sweetspot.backends.sim import SimSetup
 
     if settings.strategy not in STRATEGIES:
         raise SweetspotError(f"unknown strategy {settings.strategy!r}; known: "
@@ -180,22 +213,14 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
     if settings.strategy == "rate" and not settings.slos:
         raise SweetspotError("the rate strategy finds the highest rate that meets the SLOs: "
                              "give them with --slo, e.g. p99_ttft=2s,p99_tpot=60ms")
-    version = parse_vllm_version(settings.vllm_version)
-    hardware = load_hardware(settings.gpu)
-    resolved = load_model(settings.model)
-    quant = (load_quantization(settings.quant) if settings.quant
-             else resolved.quantization or resolved.arch.default_quantization())
-    workload = validate_workload(settings.workload, "the study's workload")
-    baseline = config_from_json(settings.baseline)
-    space, baseline = resolve_space_and_baseline(
-        settings.space or None, space_changes or {}, baseline, version, hardware,
-        resolved.arch, workload, fixed=fixed_values(settings.fixed))
+    study = resolve_study(settings, space_changes)
+    version, resolved, quant = study.version, study.model, study.quant
+    workload, space, baseline = study.workload, study.space, study.baseline
     if not resume:
         settings = dataclasses.replace(
             settings, space={d.knob: list(d.labels) for d in space.dimensions},
             baseline=config_to_json(baseline))
-    setup = SimSetup(hardware, resolved.arch, quant, ServingConfig(), version,
-                     spec_acceptance=settings.acceptance)
+    setup = study.setup(settings.acceptance)
     backend = _backend(settings, setup, settings.model, baseline)
     evaluator = Evaluator(backend, workload, settings.num_requests, settings.slos,
                           vocab_size=min(resolved.arch.vocab_size, 32_000), seed=settings.seed,
