@@ -27,7 +27,7 @@ def _default_configs():
     every one-knob change of the default space."""
     version = parse_vllm_version("0.33.0")
     hardware = load_hardware("a100-80gb")
-    resolved = load_model("qwen2.5-14b")
+    resolved = load_model("Qwen/Qwen2.5-14B-Instruct-AWQ")  # the default demo's checkpoint
     quant = resolved.quantization or resolved.arch.default_quantization()
     workload = load_workload("chat")
     space = default_space(version, hardware, resolved.arch, workload,

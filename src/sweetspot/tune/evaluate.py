@@ -1,7 +1,7 @@
 """One configuration, evaluated: a trial on the backend, summarised as one row of the study.
 
 A trial runs two workloads on the same server: the *capacity* run (the workload's lengths, all
-requests at once, long enough to fill the configuration's batch several times over) says how much
+requests at once, long enough to fill the configuration's batch six times over) says how much
 the configuration can serve — its steady-state output rate (``metrics.capacity``: ramp-up and
 drain excluded) is the throughput every goal speaks of — and the *traffic* run (the workload at
 the offered rate) says what latency users would see; SLOs are checked on it. A configuration whose
@@ -60,7 +60,7 @@ def config_to_json(config: ServingConfig) -> dict[str, Any]:
 
 # The capacity run holds this many batches' worth of requests (estimated from max-num-seqs and
 # the KV cache), so its saturated window is long against ramp-up and drain; at most this many.
-CAPACITY_TURNOVERS = 4
+CAPACITY_TURNOVERS = 6
 TRAFFIC_SEED_OFFSET = 7919  # the traffic run's requests: another draw than the capacity run's
 MAX_CAPACITY_REQUESTS = 4096
 
