@@ -238,7 +238,8 @@ def test_the_default_demo_gives_four_honest_picks(tmp_path: Path) -> None:
 def _study(tmp_path: Path, *args: str):
     """A small study on the simulator: a few trials, no confirmation runs."""
     return run_cli("tune", "--trials", "3", "--num-requests", "40", "--confirm", "0",
-                   "--workload", "short", "--rate", "auto", "--storage", f"sqlite:///{tmp_path / 'q.db'}",
+                   "--workload", "short", "--rate", "auto",
+                   "--storage", f"sqlite:///{tmp_path / 'q.db'}",
                    "--report-dir", str(tmp_path / "report"), *args)
 
 
