@@ -26,7 +26,7 @@ case "${1:-}" in
   steady)
     timeout -s INT "${LIMIT:-540}" python3 benchmarks/gpu/steady_check.py --model "$M/model" \
         --tokenizer "$M/tokenizer" --gpu "$G" --vllm-python python3 --workload "$W" \
-        --num-requests 200 --mns "${MNS:-128,1024}" --turnovers 4 \
+        --num-requests 200 --mns "${MNS:-128,1024}" --turnovers "${TURNOVERS:-6}" \
         --server-args "--enforce-eager --max-model-len 4096" --out /tmp/steady
     cp /tmp/steady/steady_check.json "$OUT/" ;;
   tune)
