@@ -48,11 +48,11 @@ SETUP, WORKLOAD, CONFIGS = _default_configs()
 def test_doubling_the_capacity_run_moves_capacity_by_under_5_percent(config) -> None:
     evaluator = Evaluator(SimBackend(SETUP), WORKLOAD, 300, {}, vocab_size=32_000,
                           batch_estimate=batch_estimator(SETUP, WORKLOAD.prefix.length))
-    requests = evaluator.capacity_requests(config, seed=0)
+    requests, in_flight = evaluator.capacity_plan(config, seed=0)
     burst = dataclasses.replace(WORKLOAD, arrival=ArrivalSpec(process="inf"))
     doubled = sample_requests(burst, 2 * len(requests), seed=0, vocab_size=32_000)
     setup = dataclasses.replace(SETUP, config=config)
-    runs = [simulate(setup, r) for r in (requests, doubled)]
+    runs = [simulate(setup, r, max_concurrency=in_flight) for r in (requests, doubled)]
     if runs[0].status != "ok":  # a configuration that cannot start has no capacity
         assert runs[1].status == runs[0].status
         return

@@ -1,11 +1,13 @@
 """Steady-state capacity: what a configuration serves once its batch is full, from the records of
-one saturating run (every request sent at once).
+one saturating run — every request sent at once, or (what studies run) a closed loop keeping
+more requests in flight than the batch holds, so that some always wait.
 
-A burst's plain throughput (all tokens / the run's duration) is an artefact of its length: it
-starts with a ramp (the first batch's prefills, then every request of that batch decoding in
-lockstep with no new prefill to interleave) and ends with a drain (the last few, often long,
-requests alone on the server). Neither is the server's capacity, and both weigh more the shorter
-the run. The capacity is the output rate inside the window where the server is saturated:
+A saturating run's plain throughput (all tokens / the run's duration) is an artefact of its
+length: it starts with a ramp (the first batch's prefills, then every request of that batch
+decoding in lockstep with no new prefill to interleave) and ends with a drain (the last few,
+often long, requests alone on the server). Neither is the server's capacity, and both weigh
+more the shorter the run. The capacity is the output rate inside the window where the server is
+saturated:
 
 - it opens once half a batch has finished (the first wave's lockstep has broken up and new
   prefills mix with decodes, as they do at any steady rate), the batch being the most requests

@@ -1,7 +1,7 @@
 """One configuration, evaluated: a trial on the backend, summarised as one row of the study.
 
-A trial runs two workloads on the same server: the *capacity* run (the workload's lengths, all
-requests at once, long enough to fill the configuration's batch six times over) says how much
+A trial runs two workloads on the same server: the *capacity* run (the workload's lengths in a
+closed loop with twice the configuration's batch in flight, eight batches long) says how much
 the configuration can serve — its steady-state output rate (``metrics.capacity``: ramp-up and
 drain excluded) is the throughput every goal speaks of — and the *traffic* run (the workload at
 the offered rate) says what latency users would see; SLOs are checked on it. A configuration whose
@@ -16,6 +16,7 @@ A row is plain JSON (the study store keeps it, the report reads it); its ``metri
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -58,11 +59,19 @@ def config_to_json(config: ServingConfig) -> dict[str, Any]:
             for k, v in config.explicit().items()}
 
 
-# The capacity run holds this many batches' worth of requests (estimated from max-num-seqs and
-# the KV cache), so its saturated window is long against ramp-up and drain; at most this many.
-CAPACITY_TURNOVERS = 6
+# The capacity run is a closed loop holding IN_FLIGHT_PER_BATCH batches in flight (the batch
+# estimated from max-num-seqs and the KV cache), CAPACITY_TURNOVERS batches long, so its
+# saturated window is long against ramp-up and drain; at most MAX_CAPACITY_REQUESTS requests.
+# A closed loop, not a burst: on a real server new requests keep arriving while it serves, and
+# that front-end work slows the engine (on the H200 a burst read 27-56 % above a closed loop of
+# the same server, whose own counters agreed with the loop: benchmarks/RESULTS.md).
+CAPACITY_TURNOVERS = 8
+IN_FLIGHT_PER_BATCH = 2
+MAX_CAPACITY_REQUESTS = 6144
+# At least enough requests that the draw's mean output length is within this (one standard
+# error): the token rate moves with it (a 512-request draw of chat's lengths moved it by 4 %).
+DRAW_PRECISION = 0.025
 TRAFFIC_SEED_OFFSET = 7919  # the traffic run's requests: another draw than the capacity run's
-MAX_CAPACITY_REQUESTS = 4096
 
 
 def traffic_workload(workload: WorkloadSpec, rate: float) -> WorkloadSpec:
@@ -112,21 +121,31 @@ class Evaluator:
         return LoadConfig(base_url="", model="", max_concurrency=self.max_concurrency,
                           realtime=self.realtime_client)
 
-    def capacity_requests(self, config: ServingConfig, seed: int) -> list[Request]:
-        """The capacity run's requests: the workload's lengths, all sent at once, enough to
-        fill ``config``'s batch ``CAPACITY_TURNOVERS`` times."""
+    def capacity_plan(self, config: ServingConfig, seed: int
+                      ) -> tuple[list[Request], int | None]:
+        """The capacity run: the workload's lengths in a closed loop that keeps twice the
+        configuration's estimated batch in flight (so the batch stays full and requests queue
+        behind it even where the estimate is low), ``CAPACITY_TURNOVERS`` batches long; and
+        that in-flight count (None without an estimate: every request at once)."""
         wl = dataclasses.replace(self.workload, arrival=ArrivalSpec(process="inf"))
         pilot = sample_requests(wl, self.num_requests, seed=seed, vocab_size=self.vocab_size)
         if self.batch_estimate is None:
-            return pilot
-        wanted = min(MAX_CAPACITY_REQUESTS,
-                     CAPACITY_TURNOVERS * max(1, self.batch_estimate(config, pilot)))
-        if wanted <= len(pilot):
-            return pilot
-        return sample_requests(wl, wanted, seed=seed, vocab_size=self.vocab_size)
+            return pilot, None
+        batch = max(1, self.batch_estimate(config, pilot))
+        wanted = min(MAX_CAPACITY_REQUESTS, max(_draw_floor(pilot),
+                                                CAPACITY_TURNOVERS * batch))
+        requests = pilot if wanted <= len(pilot) else sample_requests(
+            wl, wanted, seed=seed, vocab_size=self.vocab_size)
+        return requests, min(len(requests), IN_FLIGHT_PER_BATCH * batch)
+
+    def capacity_requests(self, config: ServingConfig, seed: int) -> list[Request]:
+        return self.capacity_plan(config, seed)[0]
+
+    def _capacity_load(self, in_flight: int | None) -> LoadConfig:
+        return dataclasses.replace(self._load(), max_concurrency=in_flight)
 
     def _runs(self, config: ServingConfig, seed: int):
-        first = self.capacity_requests(config, seed)
+        first, in_flight = self.capacity_plan(config, seed)
         key = (seed, len(first), self.offered_rate)
         if key not in self._cache:
             more = []
@@ -137,7 +156,7 @@ class Evaluator:
                                              vocab_size=self.vocab_size), self._load()))
             self._cache[key] = (first, tuple(more))
         first, more = self._cache[key]
-        return first, self._load(), more
+        return first, self._capacity_load(in_flight), more
 
     def evaluate(self, config: ServingConfig, *, repeat: int = 0) -> tuple[dict, Trial]:
         """Row (without number/phase) and the trial itself."""
@@ -148,8 +167,8 @@ class Evaluator:
 
     def capacity(self, config: ServingConfig) -> tuple[SteadyState | None, Trial]:
         """The capacity run alone (``--rate auto`` needs the baseline's before any traffic)."""
-        first = self.capacity_requests(config, self.seed)
-        trial = self.backend.run(config, first, self._load())
+        first, in_flight = self.capacity_plan(config, self.seed)
+        trial = self.backend.run(config, first, self._capacity_load(in_flight))
         if not trial.ok or trial.run is None:
             return None, trial
         return steady_state(trial.run.records, trial.run.duration_s), trial
@@ -254,6 +273,17 @@ class Evaluator:
         if runs:
             row["runs"] = runs
         return row
+
+
+def _draw_floor(requests: Sequence[Request]) -> int:
+    """Requests needed for the mean output length to be within ``DRAW_PRECISION``: (CV / it)²
+    from the pilot's lengths (none for fixed lengths)."""
+    outputs = [r.output_tokens for r in requests]
+    if len(outputs) < 2:
+        return 0
+    mean = sum(outputs) / len(outputs)
+    var = sum((x - mean) ** 2 for x in outputs) / (len(outputs) - 1)
+    return math.ceil(var / (mean * DRAW_PRECISION) ** 2) if mean > 0 else 0
 
 
 def _run_entry(kind: str, run, rate: float | None, measurement, seed: int) -> dict:
