@@ -2,16 +2,16 @@
 
 For each max-num-seqs value, one real vLLM server runs, back to back:
 
-1. the capacity run `sweetspot tune` gives that configuration (the workload's lengths, all sent
-   at once, sized by the study's own batch estimate) and its steady-state capacity
-   (``metrics.capacity``: the saturated window of the burst);
-2. on the same server, a long closed loop with half a batch more in flight than the
-   configuration's batch capacity (1.5 x max-num-seqs: the server always has a queue, so a
-   finished request's slot is refilled at the next step, not after the client's turnaround),
-   ``--turnovers`` batches long, whose output rate between the first whole turnover and the
-   last send is the server's steady state measured the slow way.
+1. the capacity run `sweetspot tune` gives that configuration (a closed loop of the workload's
+   lengths with twice the study's batch estimate in flight, sized as the study sizes it) and
+   its steady-state capacity (``metrics.capacity``: the saturated window);
+2. on the same server, a long closed loop with 1.5 x max-num-seqs in flight (the server always
+   has a queue), ``--turnovers`` batches long, whose output rate between the first whole
+   turnover and the last send is the server's steady state measured the slow way.
 
 Both come back as JSON (``--out``), with the ratio; issue 17 asks for agreement within 10 %.
+The server's own log (vLLM's "Avg generation throughput" every 10 s, with the running and
+waiting counts) is the third witness: the logs come back with the results.
 
     python benchmarks/gpu/steady_check.py --model M --tokenizer T --gpu h100 \
         --workload W.json --mns 32,128,1024 --server-args "--enforce-eager --max-model-len 4096" \
@@ -97,11 +97,12 @@ def main() -> int:
     for mns in (int(v) for v in args.mns.split(",")):
         config = ServingConfig(max_num_seqs=mns,
                                enable_prefix_caching=args.prefix_caching.lower() == "true")
-        capacity_requests = evaluator.capacity_requests(config, seed=0)
+        capacity_requests, capacity_in_flight = evaluator.capacity_plan(config, seed=0)
         in_flight = (3 * mns + 1) // 2
         loop_requests = sample_requests(burst, args.turnovers * mns, seed=1, vocab_size=vocab)
         started = time.monotonic()
-        trial = backend.run(config, capacity_requests, LoadConfig(base_url="", model=""),
+        trial = backend.run(config, capacity_requests,
+                            LoadConfig(base_url="", model="", max_concurrency=capacity_in_flight),
                             more=[(loop_requests, LoadConfig(base_url="", model="",
                                                              max_concurrency=in_flight))])
         entry = {"max_num_seqs": mns, "prefix_caching": config.enable_prefix_caching,
@@ -109,11 +110,12 @@ def main() -> int:
         if trial.ok:
             steady = steady_state(trial.run.records, trial.run.duration_s)
             entry.update(capacity_requests=len(capacity_requests),
+                         capacity_in_flight=capacity_in_flight,
                          capacity_tok_s=steady.output_throughput,
                          capacity_req_s=steady.request_throughput,
                          saturated=steady.saturated, peak_running=steady.peak_running,
                          window_s=steady.window_s,
-                         burst_plain_tok_s=measure(trial.run).result.output_throughput)
+                         capacity_plain_tok_s=measure(trial.run).result.output_throughput)
             if trial.more_runs:
                 loop = measure(trial.more_runs[0])
                 entry.update(loop_errors=dict(loop.errors), burst_errors=dict(
