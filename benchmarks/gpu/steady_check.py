@@ -6,8 +6,8 @@ For each max-num-seqs value, one real vLLM server runs, back to back:
    lengths with twice the study's batch estimate in flight, sized as the study sizes it) and
    its steady-state capacity (``metrics.capacity``: the saturated window);
 2. on the same server, a long closed loop with 1.5 x max-num-seqs in flight (the server always
-   has a queue), ``--turnovers`` batches long, whose output rate between the first whole
-   turnover and the last send is the server's steady state measured the slow way.
+   has a queue), ``--turnovers`` batches long, read through the same saturated window: the
+   steady state of a run long enough that its edges cannot matter.
 
 Both come back as JSON (``--out``), with the ratio; issue 17 asks for agreement within 10 %.
 The server's own log (vLLM's "Avg generation throughput" every 10 s, with the running and
@@ -28,8 +28,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from sweetspot.backends.loadgen import LoadConfig
 from sweetspot.backends.sim import SimSetup
 from sweetspot.backends.vllm import VllmBackend
@@ -44,23 +42,6 @@ from sweetspot.spec.version import parse_vllm_version
 from sweetspot.spec.workload import ArrivalSpec
 from sweetspot.tune.evaluate import Evaluator
 from sweetspot.tune.study import batch_estimator
-
-
-def closed_loop_rate(records, concurrency: int) -> tuple[float, tuple[float, float]]:
-    """Output tok/s of a closed loop between its first whole turnover (the concurrency-th
-    completion) and its last send (after which the batch only drains)."""
-    ok = [r for r in records if r.ok and r.chunk_times_s]
-    if not ok:
-        return 0.0, (0.0, 0.0)
-    ends = np.sort([r.end_s for r in ok])
-    opens = float(ends[min(concurrency, len(ends)) - 1])
-    closes = float(max(r.sent_s for r in ok))
-    tokens = 0.0
-    for r in ok:
-        times = np.asarray(r.chunk_times_s)
-        tokens += np.count_nonzero((times > opens) & (times <= closes)) * r.output_tokens / len(
-            times)
-    return (tokens / (closes - opens) if closes > opens else 0.0), (opens, closes)
 
 
 def main() -> int:
@@ -92,14 +73,14 @@ def main() -> int:
     setup = SimSetup(hardware, resolved.arch, quant, ServingConfig(), version)
     evaluator = Evaluator(backend, workload, args.num_requests, {}, vocab_size=vocab,
                           batch_estimate=batch_estimator(setup, workload.prefix.length))
-    burst = dataclasses.replace(workload, arrival=ArrivalSpec(process="inf"))
+    lengths = dataclasses.replace(workload, arrival=ArrivalSpec(process="inf"))
     results = []
     for mns in (int(v) for v in args.mns.split(",")):
         config = ServingConfig(max_num_seqs=mns,
                                enable_prefix_caching=args.prefix_caching.lower() == "true")
         capacity_requests, capacity_in_flight = evaluator.capacity_plan(config, seed=0)
         in_flight = (3 * mns + 1) // 2
-        loop_requests = sample_requests(burst, args.turnovers * mns, seed=1, vocab_size=vocab)
+        loop_requests = sample_requests(lengths, args.turnovers * mns, seed=1, vocab_size=vocab)
         started = time.monotonic()
         trial = backend.run(config, capacity_requests,
                             LoadConfig(base_url="", model="", max_concurrency=capacity_in_flight),
@@ -118,9 +99,11 @@ def main() -> int:
                          capacity_plain_tok_s=measure(trial.run).result.output_throughput)
             if trial.more_runs:
                 loop = measure(trial.more_runs[0])
-                entry.update(loop_errors=dict(loop.errors), burst_errors=dict(
+                entry.update(loop_errors=dict(loop.errors), capacity_errors=dict(
                     measure(trial.run).errors))
-                rate, window = closed_loop_rate(trial.more_runs[0].records, in_flight)
+                loop_run = trial.more_runs[0]
+                long = steady_state(loop_run.records, loop_run.duration_s)
+                rate, window = long.output_throughput, long.window_s
                 entry.update(loop_requests=len(loop_requests), loop_concurrency=in_flight,
                              loop_tok_s=rate, loop_window_s=window,
                              ratio=steady.output_throughput / rate if rate else None)

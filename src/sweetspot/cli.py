@@ -469,13 +469,19 @@ def _launch_backend(extra: list[str], vllm_python: str | None, template: str | N
 
 def _server_line(backend, args) -> str:
     """The exact command, runnable in a shell: the environment sweetspot sets, then argv."""
+    import re
     import shlex
 
     from sweetspot.backends.vllm.server import DEFAULT_ENV
 
     env = {**{k: os.environ.get(k, v) for k, v in DEFAULT_ENV.items()}, **backend.env}
-    return shlex.join(["env", *(f"{k}={v}" for k, v in env.items()),
-                       *backend.server_command(args)])
+    secret = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.I)
+    argv = list(backend.server_command(args))
+    for i, word in enumerate(argv[:-1]):  # vLLM's own log shows '***' for its key too
+        if word == "--api-key":
+            argv[i + 1] = "***"
+    return shlex.join(["env", *(f"{k}={'***' if secret.search(k) else v}"
+                                for k, v in env.items()), *argv])
 
 
 def _model_vocab(folder: Path) -> int | None:

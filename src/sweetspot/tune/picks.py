@@ -198,11 +198,6 @@ def _overload_note(pool: Sequence[dict], offered_rate: float | None) -> str:
             "(replicas, tensor parallelism)")
 
 
-def keeps_up(row: dict, offered_rate: float | None) -> bool:
-    """Its capacity (requests/s at steady state) reaches the traffic's rate."""
-    return offered_rate is None or row["metrics"].get("request_throughput", 0) >= offered_rate
-
-
 def _gain(row: dict, baseline: dict | None) -> dict[str, float]:
     if baseline is None or baseline["status"] != "ok" or not baseline["metrics"]:
         return {}

@@ -264,12 +264,9 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
             _simplify(tuner, base_row, offered, limit, resolution, settings.slos,
                       SIMPLIFY_TRIALS[kind])
 
-        def choose() -> list[Pick]:
-            return choose_picks(tuner.ordered_rows(), base_row, offered, limit,
-                                resolution=resolution, slos=settings.slos,
-                                acceptance=_acceptance_text(settings))
-
-        picks = choose()
+        picks = choose_picks(tuner.ordered_rows(), base_row, offered, limit,
+                             resolution=resolution, slos=settings.slos,
+                             acceptance=_acceptance_text(settings))
         if on_phase is not None:
             on_phase("confirming finalists")
         finalists = _finalists(picks, tuner.ordered_rows(), base_row)
