@@ -6,8 +6,8 @@ For each max-num-seqs value, one real vLLM server runs, back to back:
    lengths with twice the study's batch estimate in flight, sized as the study sizes it) and
    its steady-state capacity (``metrics.capacity``: the saturated window);
 2. on the same server, a long closed loop with 1.5 x max-num-seqs in flight (the server always
-   has a queue), ``--turnovers`` batches long, read through the same saturated window: the
-   steady state of a run long enough that its edges cannot matter.
+   has a queue), ``--loop-times`` as many requests as the capacity run (default 2), read through
+   the same saturated window: the steady state of a run long enough that its edges cannot matter.
 
 Both come back as JSON (``--out``), with the ratio; issue 17 asks for agreement within 10 %.
 The server's own log (vLLM's "Avg generation throughput" every 10 s, with the running and
@@ -54,7 +54,7 @@ def main() -> int:
     ap.add_argument("--num-requests", type=int, default=200)
     ap.add_argument("--mns", default="32,128,1024")
     ap.add_argument("--prefix-caching", default="true")
-    ap.add_argument("--turnovers", type=int, default=8)
+    ap.add_argument("--loop-times", type=float, default=2.0)
     ap.add_argument("--server-args", default="--enforce-eager --max-model-len 4096")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
@@ -80,7 +80,8 @@ def main() -> int:
                                enable_prefix_caching=args.prefix_caching.lower() == "true")
         capacity_requests, capacity_in_flight = evaluator.capacity_plan(config, seed=0)
         in_flight = (3 * mns + 1) // 2
-        loop_requests = sample_requests(lengths, args.turnovers * mns, seed=1, vocab_size=vocab)
+        loop_requests = sample_requests(lengths, round(args.loop_times * len(capacity_requests)),
+                                        seed=1, vocab_size=vocab)
         started = time.monotonic()
         trial = backend.run(config, capacity_requests,
                             LoadConfig(base_url="", model="", max_concurrency=capacity_in_flight),
