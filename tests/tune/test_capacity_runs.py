@@ -63,3 +63,43 @@ def test_doubling_the_capacity_run_moves_capacity_by_under_5_percent(config) -> 
         assert steady.saturated, (len(run.records), steady)
         figures.append(steady.output_throughput)
     assert figures[1] == pytest.approx(figures[0], rel=0.05)
+
+
+class _Counting(SimBackend):
+    """The simulator, counting the servers a real backend would have started."""
+
+    def __init__(self, setup) -> None:
+        super().__init__(setup)
+        self.starts = 0
+
+    def run(self, *args, **kwargs):
+        self.starts += 1
+        return super().run(*args, **kwargs)
+
+
+def test_rate_auto_measures_the_baseline_once_on_one_server() -> None:
+    """--rate auto offers a share of the baseline's capacity: its traffic run follows the
+    capacity run on the same server, and that is the baseline's evaluation; the numbers are
+    the ones a separate evaluation at the same rate gives."""
+    base = CONFIGS[0]
+    estimate = batch_estimator(SETUP, WORKLOAD.prefix.length)
+    backend = _Counting(SETUP)
+    evaluator = Evaluator(backend, WORKLOAD, 60, {}, vocab_size=32_000, batch_estimate=estimate)
+    steady, trial = evaluator.capacity(base, rate_from=lambda s: round(0.65 *
+                                                                       s.request_throughput, 4))
+    assert trial.ok and len(trial.more_runs) == 1
+    assert evaluator.rate == round(0.65 * steady.request_throughput, 4)
+    row, _ = evaluator.evaluate(base)
+    assert backend.starts == 1 and row["offered_rate"] == evaluator.rate
+    again = Evaluator(SimBackend(SETUP), WORKLOAD, 60, {}, vocab_size=32_000,
+                      batch_estimate=estimate, rate=evaluator.rate)
+    fresh, _ = again.evaluate(base)
+    assert row["metrics"] == fresh["metrics"] and row["offered_rate"] == fresh["offered_rate"]
+    evaluator.evaluate(base)  # a later evaluation (a repeat of it) runs again
+    assert backend.starts == 2
+    alone = _Counting(SETUP)
+    other = Evaluator(alone, WORKLOAD, 60, {}, vocab_size=32_000, batch_estimate=estimate)
+    _, trial = other.capacity(base)  # no rate asked for: the capacity run alone, nothing kept
+    assert other.rate is None and not trial.more_runs
+    other.evaluate(base)
+    assert alone.starts == 2

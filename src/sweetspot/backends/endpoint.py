@@ -23,7 +23,7 @@ from sweetspot.backends.records import RequestRecord
 from sweetspot.spec.requests import Request
 
 if TYPE_CHECKING:
-    from sweetspot.backends.trial import Trial
+    from sweetspot.backends.trial import MoreRuns, Trial
 
 __all__ = ["EndpointBackend", "EndpointRun", "run_endpoint", "scrape_metrics"]
 
@@ -100,11 +100,11 @@ class EndpointBackend:
         self.scrape_interval_s = scrape_interval_s
 
     def run(self, config: Any, requests: Sequence[Request], load: LoadConfig, *,
-            more: Sequence[tuple[Sequence[Request], LoadConfig]] = ()) -> Trial:
+            more: MoreRuns = ()) -> Trial:
         import dataclasses
         import time
 
-        from sweetspot.backends.trial import Trial, TrialTimings
+        from sweetspot.backends.trial import Trial, TrialTimings, further_runs
 
         started = time.monotonic()
         if config != self.serving:
@@ -113,16 +113,24 @@ class EndpointBackend:
                          None, TrialTimings(total_s=0.0))
         runs: list[EndpointRun] = []
         status, cause = "ok", None
-        for batch, batch_load in [(requests, load), *more]:
+        def one(batch: Sequence[Request], batch_load: LoadConfig) -> bool:
+            """Run one batch; False when the trial must stop (its cause recorded)."""
+            nonlocal status, cause
             served = dataclasses.replace(batch_load, base_url=self.url, model=self.model)
             try:
                 runs.append(run_endpoint(batch, served, scrape_interval_s=self.scrape_interval_s))
             except SweetspotError as exc:
                 status, cause = "crash", str(exc)
-                break
+                return False
             if runs[-1].records and all(r.error for r in runs[-1].records):
                 status, cause = "crash", f"every request failed: {runs[-1].records[0].error}"
-                break
+                return False
+            return True
+
+        if one(requests, load):
+            for batch, batch_load in further_runs(more, runs[0]):
+                if not one(batch, batch_load):
+                    break
         total = time.monotonic() - started
         workload = sum(r.duration_s for r in runs) if runs else None
         return Trial(status, cause, runs[0] if runs else None,

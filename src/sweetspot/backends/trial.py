@@ -8,17 +8,33 @@ the server's own words where it spoke. The per-request records and ``/metrics`` 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from sweetspot.backends.endpoint import EndpointRun
 
 if TYPE_CHECKING:  # the real-server backend builds trials, so it imports this module
+    from sweetspot.backends.loadgen import LoadConfig
     from sweetspot.backends.vllm.logs import StartupFacts
     from sweetspot.backends.vllm.memory import MemoryPeaks
+    from sweetspot.spec.requests import Request
 
-__all__ = ["STATUSES", "Trial", "TrialTimings"]
+__all__ = ["STATUSES", "MoreRuns", "Trial", "TrialTimings", "further_runs"]
+
+# Further workloads a trial runs on its server after the first, in order: given up front, or
+# decided from the first run (``--rate auto``: the baseline's traffic is offered at a share of
+# the capacity its own first run measured, so one server start serves both).
+Runs: TypeAlias = "Sequence[tuple[Sequence[Request], LoadConfig]]"
+MoreRuns: TypeAlias = "Runs | Callable[[EndpointRun], Runs]"
+
+
+def further_runs(more: MoreRuns, first: EndpointRun | None) -> Runs:
+    """``more`` as runs: called with the first run when it is a function (none without one)."""
+    if callable(more):
+        return () if first is None else more(first)
+    return more
 
 # ok: the workload ran (single requests may still have failed: see the records).
 # oom: the server could not hold the model or its KV cache; invalid: vLLM (or sweetspot's

@@ -16,13 +16,14 @@ A row is plain JSON (the study store keeps it, the report reads it); its ``metri
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sweetspot.backends.loadgen import LoadConfig
-from sweetspot.backends.trial import Trial
+from sweetspot.backends.trial import MoreRuns, Trial
 from sweetspot.metrics.capacity import SteadyState, steady_state
 from sweetspot.metrics.run import bunched_streams, measure
 from sweetspot.metrics.slo import parse_slos as _parse_slos
@@ -45,7 +46,7 @@ class Backend(Protocol):
     name: str
 
     def run(self, config: ServingConfig, requests: Sequence[Request], load: LoadConfig, *,
-            more: Sequence[tuple[Sequence[Request], LoadConfig]] = ()) -> Trial: ...
+            more: MoreRuns = ()) -> Trial: ...
 
 
 def parse_slos(text: str | None) -> dict[str, float]:
@@ -104,6 +105,7 @@ class Evaluator:
 
     def __post_init__(self) -> None:
         self._cache: dict[tuple, tuple] = {}
+        self._prepared: dict[tuple, tuple[dict, Trial]] = {}  # evaluations already run
 
     @property
     def offered_rate(self) -> float | None:
@@ -161,17 +163,40 @@ class Evaluator:
     def evaluate(self, config: ServingConfig, *, repeat: int = 0) -> tuple[dict, Trial]:
         """Row (without number/phase) and the trial itself."""
         seed = self.seed + 1000 * repeat
+        prepared = self._prepared.pop((_key(config), repeat), None)
+        if prepared is not None:
+            return prepared
         first, load, more = self._runs(config, seed)
         trial = self.backend.run(config, first, load, more=more)
         return self.row(config, trial, seed=seed), trial
 
-    def capacity(self, config: ServingConfig) -> tuple[SteadyState | None, Trial]:
-        """The capacity run alone (``--rate auto`` needs the baseline's before any traffic)."""
+    def capacity(self, config: ServingConfig,
+                 rate_from: Callable[[SteadyState], float | None] | None = None
+                 ) -> tuple[SteadyState | None, Trial]:
+        """The capacity run (``--rate auto`` needs the baseline's before any traffic). With
+        ``rate_from``, the offered rate it returns for the measured capacity becomes the
+        evaluator's, and the traffic run follows on the same server: the whole evaluation of
+        ``config``, which its first ``evaluate`` then returns instead of starting another."""
         first, in_flight = self.capacity_plan(config, self.seed)
-        trial = self.backend.run(config, first, self._capacity_load(in_flight))
-        if not trial.ok or trial.run is None:
+        measured: list[SteadyState] = []
+
+        def traffic(run) -> list:
+            measured.append(steady_state(run.records, run.duration_s))
+            rate = rate_from(measured[0]) if rate_from is not None else None
+            if rate is None:
+                return []
+            self.rate = rate
+            requests = sample_requests(traffic_workload(self.workload, rate), self.num_requests,
+                                       seed=self.seed + TRAFFIC_SEED_OFFSET,
+                                       vocab_size=self.vocab_size)
+            return [(requests, self._load())]
+
+        trial = self.backend.run(config, first, self._capacity_load(in_flight), more=traffic)
+        if not trial.ok or trial.run is None or not measured:
             return None, trial
-        return steady_state(trial.run.records, trial.run.duration_s), trial
+        if trial.more_runs:
+            self._prepared[(_key(config), 0)] = (self.row(config, trial, seed=self.seed), trial)
+        return measured[0], trial
 
     def probe_rates(self, config: ServingConfig, rates: Sequence[float], *,
                     repeat: int = 0) -> list[dict]:
@@ -273,6 +298,10 @@ class Evaluator:
         if runs:
             row["runs"] = runs
         return row
+
+
+def _key(config: ServingConfig) -> str:
+    return json.dumps(config_to_json(config), sort_keys=True)
 
 
 def _draw_floor(requests: Sequence[Request]) -> int:

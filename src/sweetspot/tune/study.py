@@ -314,19 +314,20 @@ def batch_estimator(setup, shared_prefix_tokens: int = 0):
 def _auto_rate(store: StudyStore, evaluator: Evaluator, baseline: ServingConfig,
                on_phase: Callable[[str], None] | None) -> None:
     """--rate auto: the offered rate is a share of the baseline's steady-state capacity,
-    measured once and stored, so a resumed study offers the same."""
+    measured once and stored, so a resumed study offers the same. The baseline's traffic run
+    follows on the same server (one start), and that evaluation is its first trial's."""
     stored = store.study.user_attrs.get("offered_rate")
     if stored:
         evaluator.rate = float(stored)
         return
     if on_phase is not None:
         on_phase("measuring the baseline's capacity (--rate auto)")
-    steady, trial = evaluator.capacity(baseline)
+    steady, trial = evaluator.capacity(baseline, rate_from=lambda s: round(
+        AUTO_RATE_SHARE * s.request_throughput, 4) if s.request_throughput > 0 else None)
     if steady is None or steady.request_throughput <= 0:
         store.set_attr("rate_note", f"--rate auto: the baseline did not run ({trial.status}: "
                                     f"{trial.cause}); the workload's own rate is offered")
         return
-    evaluator.rate = round(AUTO_RATE_SHARE * steady.request_throughput, 4)
     store.set_attr("offered_rate", evaluator.rate)
     store.set_attr("rate_note", f"--rate auto: {AUTO_RATE_SHARE:.0%} of the baseline's "
                                 f"capacity ({steady.request_throughput:.2f} req/s)")

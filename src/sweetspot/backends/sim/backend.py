@@ -17,7 +17,7 @@ from sweetspot.backends.endpoint import EndpointRun
 from sweetspot.backends.loadgen import LoadConfig
 from sweetspot.backends.sim.cost import StepTimeModel
 from sweetspot.backends.sim.simulator import SimSetup, simulate
-from sweetspot.backends.trial import Trial, TrialTimings
+from sweetspot.backends.trial import MoreRuns, Trial, TrialTimings, further_runs
 from sweetspot.backends.vllm.logs import StartupFacts
 from sweetspot.backends.vllm.memory import MemoryPeaks
 from sweetspot.spec.knobs import ServingConfig
@@ -41,7 +41,7 @@ class SimBackend:
         return self.setup.version
 
     def run(self, config: ServingConfig, requests: Sequence[Request], load: LoadConfig, *,
-            more: Sequence[tuple[Sequence[Request], LoadConfig]] = (), **_: Any) -> Trial:
+            more: MoreRuns = (), **_: Any) -> Trial:
         """One trial; each of ``more`` is simulated on a fresh server of the same config (the
         real backend reuses one server, so only its prefix cache can differ)."""
         started_s = time.monotonic()
@@ -49,8 +49,9 @@ class SimBackend:
         run = simulate(setup, requests, max_concurrency=load.max_concurrency, model=self.model,
                        seed=self.seed)
         more_runs = []
-        if run.status == "ok":
-            for extra_requests, extra_load in more:
+        endpoint = _endpoint_run(run.records) if run.status == "ok" else None
+        if endpoint is not None:
+            for extra_requests, extra_load in further_runs(more, endpoint):
                 extra = simulate(setup, extra_requests, max_concurrency=extra_load.max_concurrency,
                                  model=self.model, seed=self.seed)
                 more_runs.append(_endpoint_run(extra.records))
@@ -67,10 +68,8 @@ class SimBackend:
             peaks = MemoryPeaks(host_rss_bytes=None, device_bytes=memory.peak_device_bytes,
                                 device_used_bytes=memory.peak_device_bytes,
                                 device_baseline_bytes=0, samples=0)
-        endpoint = None
         facts: dict[str, Any] = {}
         if run.status == "ok":
-            endpoint = _endpoint_run(run.records)
             f = run.facts
             facts = {"preemptions": f.preemptions, "peak_kv_usage": f.peak_kv_usage,
                      "mean_batch": f.mean_batch, "steps": f.steps,

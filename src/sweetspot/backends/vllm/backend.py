@@ -28,7 +28,7 @@ from packaging.version import Version
 from sweetspot._errors import SweetspotError
 from sweetspot.backends.endpoint import run_endpoint
 from sweetspot.backends.loadgen import LoadConfig, run_load
-from sweetspot.backends.trial import Trial, TrialTimings
+from sweetspot.backends.trial import MoreRuns, Trial, TrialTimings, further_runs
 from sweetspot.backends.vllm.installed import InstalledVllm, detect_vllm
 from sweetspot.backends.vllm.logs import classify_failure, parse_startup
 from sweetspot.backends.vllm.memory import MemorySampler
@@ -188,7 +188,7 @@ class VllmBackend:
         on_ready: Callable[[ServerHandle], None] | None = None,
         on_done: Callable[[], None] | None = None,
         scrape_interval_s: float = 1.0,
-        more: Sequence[tuple[Sequence[Request], LoadConfig]] = (),
+        more: MoreRuns = (),
     ) -> Trial:
         """A trial of the server options ``args`` (no program, no model): see the module
         docstring. ``load`` supplies everything of the load generator but the URL and model.
@@ -243,7 +243,7 @@ class VllmBackend:
 
     def _measure(self, handle: ServerHandle, requests: Sequence[Request], load: LoadConfig,
                  phase: _Phases, outcome: dict, on_done, scrape_interval_s: float,
-                 more: Sequence[tuple[Sequence[Request], LoadConfig]] = ()) -> None:
+                 more: MoreRuns = ()) -> None:
         served = self._served(load, handle)
         watchdog = _Watchdog(handle.pid, self.run_timeout_s)
         try:
@@ -256,7 +256,7 @@ class VllmBackend:
             outcome["run"] = run_endpoint(requests, served, on_done,
                                           scrape_interval_s=scrape_interval_s)
             outcome["more"] = []
-            for extra_requests, extra_load in more:
+            for extra_requests, extra_load in further_runs(more, outcome["run"]):
                 if not handle.alive() or watchdog.fired:
                     break
                 outcome["more"].append(run_endpoint(
