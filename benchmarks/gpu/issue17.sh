@@ -9,8 +9,9 @@
 #             1. sweetspot tune --backend vllm over max-num-seqs {32,128,1024} x prefix caching
 #                {on,off} at --rate auto (65 % of the default's capacity), one confirmation pair
 #                beside the first;
-#             2. benchmarks/gpu/steady_check.py: the study's capacity run against a closed loop
-#                twice as long on the same server, max-num-seqs $MNS (default 128,1024).
+#             2. benchmarks/gpu/steady_check.py: the study's capacity run against a closed
+#                loop $LOOP_TIMES (default 1.5) times as long on the same server, max-num-seqs
+#                $MNS (default 1024,128; STEADY_LIMIT may cut the second short).
 # Workload: chat-brief.json. Results under $OUT (at most 8 files come back: the report and the
 # servers' logs travel as tarballs).
 set -uo pipefail
@@ -39,7 +40,8 @@ batch() {
     echo "== steady $(date -u +%T)"
     timeout -s INT "${STEADY_LIMIT:-480}" python3 benchmarks/gpu/steady_check.py \
         --model "$M/model" --tokenizer "$M/tokenizer" --gpu "$G" --vllm-python python3 \
-        --workload "$W" --num-requests 200 --mns "${MNS:-128,1024}" --loop-times 2 \
+        --workload "$W" --num-requests 200 --mns "${MNS:-1024,128}" \
+        --loop-times "${LOOP_TIMES:-1.5}" \
         --server-args "--enforce-eager --max-model-len 4096" --out $D/steady
     echo "== steady exit $? $(date -u +%T)"
 }

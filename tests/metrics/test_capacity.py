@@ -70,3 +70,23 @@ def test_no_successful_request() -> None:
     failed = RequestRecord(0, 0.0, 0.0, (), None, 10, 0, error="HTTP 500")
     steady = steady_state([failed], 1.0)
     assert steady.output_throughput == 0 and not steady.saturated
+
+
+def test_an_initial_backlog_faster_than_the_steady_state_is_cut_off() -> None:
+    """A server that runs its first 40 s a fifth faster (the engine working off a backlog its
+    front end cannot refill) then settles: the capacity is the settled rate, not the blend."""
+    rng = np.random.default_rng(2)
+    outputs = rng.integers(20, 60, 3000)
+    records = _server(3000, 8, outputs)  # 800 tok/s throughout
+    fast_until = 40.0
+
+    def warp(t: float) -> float:  # the first 40 s at 1.25x speed
+        return t / 1.25 if t <= fast_until else fast_until / 1.25 + (t - fast_until)
+
+    warped = [RequestRecord(r.request_id, 0.0, 0.0, tuple(warp(t) for t in r.chunk_times_s),
+                            warp(r.end_s), 10, r.output_tokens) for r in records]
+    duration = max(r.end_s for r in warped)
+    steady = steady_state(warped, duration)
+    assert steady.saturated
+    assert steady.window_s[0] >= 0.8 * fast_until / 1.25
+    assert steady.output_throughput == pytest.approx(800, rel=0.02)

@@ -103,3 +103,28 @@ def test_rate_auto_measures_the_baseline_once_on_one_server() -> None:
     assert other.rate is None and not trial.more_runs
     other.evaluate(base)
     assert alone.starts == 2
+
+
+def test_a_real_server_runs_three_times_the_turnovers() -> None:
+    """Real servers are noisier than the simulator: their capacity runs are longer (and may
+    be larger), both closed loops of twice the batch."""
+    from sweetspot.tune.evaluate import (
+        CAPACITY_TURNOVERS,
+        MAX_MEASURED_REQUESTS,
+        MEASURED_TURNOVERS,
+    )
+
+    class Real(SimBackend):
+        name = "vllm"
+
+    base = CONFIGS[0].replace(max_num_seqs=64)
+    plans = {}
+    for backend in (SimBackend(SETUP), Real(SETUP)):
+        evaluator = Evaluator(backend, WORKLOAD, 60, {}, vocab_size=32_000,
+                              batch_estimate=lambda config, requests: config.max_num_seqs)
+        plans[backend.name] = evaluator.capacity_plan(base, seed=0)
+    sim, real = plans["sim"], plans["vllm"]
+    assert sim[1] == real[1] == 128
+    assert len(real[0]) == max(len(sim[0]), MEASURED_TURNOVERS * 64)
+    assert len(sim[0]) >= CAPACITY_TURNOVERS * 64
+    assert MEASURED_TURNOVERS * 64 < MAX_MEASURED_REQUESTS

@@ -33,7 +33,7 @@ def test_tune_on_real_servers_survives_a_kill(vllm_python: Path, tmp_path: Path)
     args = [sys.executable, "-m", "sweetspot.cli", "tune", "--backend", "vllm", "--dummy-weights",
             "--model", str(model.model_dir), "--tokenizer", str(model.tokenizer_dir),
             "--gpu", "cpu", "--vllm-version", "0.32.0", "--vllm-python", str(vllm_python),
-            "--workload", str(workload), "--num-requests", "32", "--env",
+            "--workload", str(workload), "--num-requests", "32", "--rate", "auto", "--env",
             "VLLM_CPU_KVCACHE_SPACE=1", "--server-args", "--enforce-eager",
             "--baseline", f"vllm serve {model.model_dir} --max-num-seqs 2 --max-model-len 4096",
             "--space", "max_num_seqs=2,32", "--space", "max_model_len=4096,131072",
@@ -60,6 +60,11 @@ def test_tune_on_real_servers_survives_a_kill(vllm_python: Path, tmp_path: Path)
     data = json.loads((tmp_path / "r" / "trials.json").read_text())
     rows = {r["number"]: r for r in data["trials"]}
     assert len(rows) >= 4 and 1 not in rows  # trial 1 was in flight when killed: lost
+    # --rate auto: the baseline's capacity and traffic ran on one server (trial-0001), so every
+    # trial started one server, the killed one too.
+    assert len(list((tmp_path / "trials").glob("trial-*"))) == len(rows) + 1
+    assert data["offered_rate"] and all(r["offered_rate"] == data["offered_rate"]
+                                         for r in rows.values())
     statuses = [r["status"] for r in rows.values()]
     assert statuses.count("oom") == 1
     oom = next(r for r in rows.values() if r["status"] == "oom")
