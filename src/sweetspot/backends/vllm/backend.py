@@ -29,6 +29,7 @@ from sweetspot._errors import SweetspotError
 from sweetspot.backends.endpoint import run_endpoint
 from sweetspot.backends.loadgen import LoadConfig, run_load
 from sweetspot.backends.trial import MoreRuns, Trial, TrialTimings, further_runs
+from sweetspot.backends.vllm.guard import TRIAL_ENV, reap_orphans
 from sweetspot.backends.vllm.installed import InstalledVllm, detect_vllm
 from sweetspot.backends.vllm.logs import classify_failure, parse_startup
 from sweetspot.backends.vllm.memory import MemorySampler
@@ -53,7 +54,6 @@ __all__ = ["TRIAL_ENV", "VllmBackend", "split_serve_command"]
 
 # Every process of a trial's server carries its trial folder in the environment: a way to find
 # (and a test to prove there is no) leftover process, whatever title it gave itself.
-TRIAL_ENV = "SWEETSPOT_TRIAL"
 _SERVE_PROGRAMS = (("vllm", "serve"), ("python", "-m", "vllm.entrypoints.openai.api_server"))
 # Options the backend sets itself; a user's copy would start a second, conflicting value.
 _OWN_OPTIONS = ("--host", "--port", "--model")
@@ -120,6 +120,10 @@ class VllmBackend:
         self.dummy_weights = dummy_weights
         self._version = vllm_version
         self._installed: InstalledVllm | None = None
+        # Servers a killed sweetspot left (its guard killed too): stopped before any is started.
+        self.reaped = reap_orphans()
+        for reaped in self.reaped:
+            print(f"sweetspot: {reaped.describe()}", file=sys.stderr)
 
     @property
     def installed(self) -> InstalledVllm | None:

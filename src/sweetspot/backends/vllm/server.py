@@ -6,7 +6,8 @@ KeyboardInterrupt, also during start-up — no process of the server's group is 
 accepts a new listener. vLLM runs its engine in child processes of the API server; they share
 its process group, so signalling the group reaches them all. Should sweetspot itself be killed
 outright (SIGKILL, no cleanup), the server's leader gets SIGTERM from the kernel
-(``PR_SET_PDEATHSIG``) and takes its engine down with it.
+(``PR_SET_PDEATHSIG``), and a guard process takes the whole group down even where the server
+ignores that while it starts (``guard``: SIGTERM, then SIGKILL).
 
 Where vLLM lives elsewhere — another interpreter (``python``) or a container — a launch
 ``template`` replaces the interpreter's command line: ``{args}`` becomes the server's options
@@ -35,6 +36,7 @@ from functools import cache
 from pathlib import Path
 
 from sweetspot._errors import SweetspotError
+from sweetspot.backends.vllm.guard import OWNER_ENV, Guard, owner_mark
 
 __all__ = [
     "ServerHandle",
@@ -141,6 +143,9 @@ def launch_server(
     argv = server_argv(python, model_dir, tokenizer_dir=tokenizer_dir, args=args, host=host,
                        port=port, template=template, dummy_weights=dummy_weights)
     full_env = {**DEFAULT_ENV, **os.environ, **(env or {})}
+    full_env.pop(OWNER_ENV, None)  # a server started by a server's child is not its
+    if not keep_running:  # a server left up on purpose is nobody's orphan
+        full_env[OWNER_ENV] = owner_mark()
     base_url = f"http://{host}:{port}"
     with open(log_path, "wb") as log:
         spawned_s = time.monotonic()
@@ -153,7 +158,10 @@ def launch_server(
         except OSError as exc:
             raise ServerStartError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
     keep = False
+    guard = None
     try:
+        if not keep_running:
+            guard = Guard(process.pid, grace_s=stop_timeout_s)
         if on_spawn is not None:
             on_spawn(process.pid)
         started_s = _wait_healthy(process, base_url, log_path, spawned_s + startup_timeout_s)
@@ -164,9 +172,13 @@ def launch_server(
         )
         keep = keep_running
     finally:
-        if not keep:
-            _stop_group(process, stop_timeout_s)
-            _wait_port_free(host, port)
+        try:
+            if not keep:
+                _stop_group(process, stop_timeout_s)
+                _wait_port_free(host, port)
+        finally:
+            if guard is not None:
+                guard.release()
 
 
 def server_argv(
