@@ -57,7 +57,16 @@ def test_advise_default_is_the_guides_setup_and_writes_yaml(tmp_path):
     (("advise", "--gpu", "v100"), "unknown GPU 'v100'"),
     (("advise", "--model", "gpt-5"), "unknown model 'gpt-5'"),
     (("advise", "--rate", "fast"), "Invalid value for '--rate'"),
-    (("advise", "--rate", "-3"), "--rate must be positive"),
+    (("advise", "--rate", "-3"), "--rate must be a positive number"),
+    (("advise", "--rate", "nan"), "--rate must be a positive number"),
+    (("bench", "--rate", "nan", "--url", "http://127.0.0.1:9"), "--rate must be a positive"),
+    (("tune", "--rate", "nan"), "bad --rate 'nan'"),
+    (("bench", "--url", "ftp://127.0.0.1:9"), "not a server URL: 'ftp://127.0.0.1:9'"),
+    (("bench", "--url", "127.0.0.1:9"), "not a server URL"),
+    (("tune", "--study-name", "../x"), "--study-name '../x': use letters"),
+    (("tune", "--study-name", "a/b"), "not a path"),
+    (("tune", "--study-name", "a\x07b"), "not a path"),
+    (("report", "../../escape"), "study '../../escape': use letters"),
     (("advise", "--quant", "int3"), "unknown quantisation 'int3'"),
     (("advise", "--workload", "nope"), "unknown workload 'nope'"),
     (("advise", "--vllm-version", "abc"), "not a vLLM version"),
@@ -154,7 +163,9 @@ def test_simulate_a_config_vllm_refuses_is_a_failed_trial_not_an_error(tmp_path)
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (("--rate", "-3"), "--rate must be positive"),
+    (("--rate", "-3"), "--rate must be a positive number"),
+    (("--rate", "nan"), "--rate must be a positive number"),
+    (("--num-requests", "10000000000"), "more than one run holds"),
     (("--rate", "fast"), "--rate must be a number"),
     (("--set", "max_num_sequences=4"), "unknown knob"),
     (("--set", "max_num_seqs"), "expected knob=value"),
@@ -251,3 +262,12 @@ def test_sweetspots_own_import_failure_stays_an_internal_error():
     older = _missing_dependency(ImportError("cannot import name 'X' from 'optuna'",
                                             name="optuna"))
     assert older.startswith("the installed optuna lacks what sweetspot needs")
+
+
+def test_a_release_newer_than_known_is_one_warning_line_and_runs():
+    result = run_cli("advise", "--vllm-version", "99.0.0")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: vLLM 99.0.0 is newer")
+    assert "0.33.0" in lines[0]
+    assert not run_cli("advise", "--vllm-version", "0.33.0").stderr.strip()

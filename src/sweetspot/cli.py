@@ -16,8 +16,10 @@ import dataclasses
 import json
 import math
 import os
+import re
 import signal
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -124,8 +126,8 @@ def advise(
     hardware = load_hardware(gpu)
     wl = load_workload(workload)
     if rate is not None:
-        if rate <= 0:
-            raise SweetspotError(f"--rate must be positive, not {rate:g}")
+        if not math.isfinite(rate) or rate <= 0:
+            raise SweetspotError(f"--rate must be a positive number of requests/s, not {rate:g}")
         wl = dataclasses.replace(wl, arrival=ArrivalSpec(process="poisson", rate=rate))
     q = load_quantization(quant) if quant else None
     advice = make_advice(model, hardware, wl, version, q, tensor_parallel_size)
@@ -549,8 +551,8 @@ def _override_arrivals(wl, rate: str | None, concurrency: int | None, burstiness
             value = float(rate)
         except ValueError:
             raise SweetspotError(f"--rate must be a number or inf, not {rate!r}") from None
-        if value <= 0:
-            raise SweetspotError(f"--rate must be positive, not {value:g}")
+        if not math.isfinite(value) or value <= 0:  # the burst is spelled "inf", above
+            raise SweetspotError(f"--rate must be a positive number or inf, not {value:g}")
         process = "poisson" if burstiness == 1.0 else "gamma"
         arrival = ArrivalSpec(process=process, rate=value, burstiness=burstiness,
                               concurrency=concurrency)
@@ -1020,6 +1022,8 @@ def tune(
     from sweetspot.tune.study import StudySettings, run_study
 
     storage_url = storage or default_storage_url()
+    if study_name is not None and report_dir is None:
+        _check_name(study_name, "--study-name")
     changes = {}
     if space_file is not None:
         changes.update(load_space_file(space_file))
@@ -1174,8 +1178,8 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
                              "(vllm, endpoint): the simulator has no client")
     if _realtime_client(client_priority):
         vllm["realtime_client"] = True
-    name = study_name or (f"{resolved.arch.name}-{hardware.name}-{wl.name}-"
-                          f"{_time.strftime('%Y%m%d-%H%M%S')}")
+    name = study_name or _slug(f"{resolved.arch.name}-{hardware.name}-{wl.name}-"
+                               f"{_time.strftime('%Y%m%d-%H%M%S')}")
     return StudySettings(
         name=name, model=model_ref if not real else model, gpu=hardware.name,
         quant=q.name, vllm_version=str(version),
@@ -1208,6 +1212,22 @@ def _guide_template(version) -> str:
         parts.append("--speculative-config '{\"method\": \"draft_model\", \"model\": "
                      "\"Qwen/Qwen2.5-0.5B-Instruct\", \"num_speculative_tokens\": 8}'")
     return " ".join(parts)
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+def _check_name(name: str, flag: str) -> str:
+    """A study's name becomes a folder (``.sweetspot/reports/NAME``): letters, digits and
+    ``._+-``, never a path (``/``, ``..``) or a control character."""
+    if not _NAME.fullmatch(name) or ".." in name:
+        raise SweetspotError(f"{flag} {name!r}: use letters, digits, '.', '_', '+' and '-' "
+                             "(it names a folder), not a path")
+    return name
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-.") or "study"
 
 
 def _parse_rate(text: str | None) -> float | str | None:
@@ -1425,6 +1445,8 @@ def report(
     from sweetspot.tune.store import StudyStore, default_storage_url
     from sweetspot.tune.study import study_data
 
+    if out is None:
+        _check_name(study, "study")
     url = storage or default_storage_url()
     data = study_data(StudyStore.load(url, study), url)
     for table in terminal_tables(data):
@@ -1557,9 +1579,15 @@ def _on_sigterm(signum, frame) -> None:
     signal.raise_signal(signal.SIGINT)
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning is one line on stderr, as an error is."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the app and turn every failure into an exit code."""
     signal.signal(signal.SIGTERM, _on_sigterm)
+    warnings.showwarning = _show_warning
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         # Inherited from a shell that started us in the background (`cmd &` in a script, as
         # under nohup): SIGTERM's path to a clean stop goes through SIGINT, and a SIGINT sent

@@ -30,6 +30,7 @@ import os
 import queue as queue_module
 import re
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -289,6 +290,10 @@ def _processes(requests: Sequence[Request], config: LoadConfig) -> int:
 
 async def check_server(base_url: str, timeout_s: float = 5.0) -> list[str]:
     """The model ids a server offers; a one-line error when it cannot be reached."""
+    parts = urllib.parse.urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise SweetspotError(f"not a server URL: {base_url!r} (expected http://HOST:PORT or "
+                             "https://HOST)")
     url = base_url.rstrip("/") + "/v1/models"
     try:
         timeout = aiohttp.ClientTimeout(total=timeout_s)

@@ -68,6 +68,9 @@ def arrival_times(spec: WorkloadSpec, n: int, rng: np.random.Generator) -> np.nd
     return np.cumsum(gaps)
 
 
+MAX_REQUESTS = 1_000_000
+
+
 def sample_requests(
     spec: WorkloadSpec,
     n: int | None = None,
@@ -77,6 +80,9 @@ def sample_requests(
 ) -> list[Request]:
     """The ``n`` requests of one run; the same spec and seed give the same list anywhere."""
     n = spec.num_requests if n is None else n
+    if n > MAX_REQUESTS:  # each holds its prompt's token ids: a run must fit in memory
+        raise SweetspotError(f"{n:,} requests are more than one run holds (at most "
+                             f"{MAX_REQUESTS:,}); split it into several runs")
     if vocab_size <= FIRST_TOKEN_ID + 1:
         raise SweetspotError(f"vocabulary of {vocab_size} tokens is too small for prompts")
     seed = spec.seed if seed is None else seed

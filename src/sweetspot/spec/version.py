@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import warnings
+
 from packaging.version import InvalidVersion, Version
 
 from sweetspot._errors import SweetspotError
 
-__all__ = ["DEFAULT_VLLM_VERSION", "OLDEST_VLLM_VERSION", "parse_vllm_version"]
+__all__ = ["DEFAULT_VLLM_VERSION", "OLDEST_VLLM_VERSION", "NewerThanKnown",
+           "parse_vllm_version"]
+
+
+class NewerThanKnown(UserWarning):
+    """A release newer than the newest whose flags sweetspot checked: used as that one."""
+
+
+_WARNED: set[Version] = set()  # once per release and process
 
 # The newest release whose flags and defaults sweetspot has checked (vllm-facts.md).
 DEFAULT_VLLM_VERSION = Version("0.33.0")
@@ -31,4 +41,11 @@ def parse_vllm_version(text: str | Version | None) -> Version:
             f"vLLM {version} is older than the oldest release sweetspot knows "
             f"({OLDEST_VLLM_VERSION})"
         )
+    if version > DEFAULT_VLLM_VERSION and version not in _WARNED:
+        _WARNED.add(version)
+        warnings.warn(NewerThanKnown(
+            f"vLLM {version} is newer than the newest release sweetspot has checked "
+            f"({DEFAULT_VLLM_VERSION}): its flags and defaults are taken to be "
+            f"{DEFAULT_VLLM_VERSION}'s, and `sweetspot lint` checks commands against them"),
+            stacklevel=2)
     return version
