@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sweetspot._errors import SweetspotError
+from sweetspot._files import write_text
 from sweetspot.spec.hardware import GiB, gpu_names, load_hardware
 from sweetspot.spec.knobs import resolve_defaults
 from sweetspot.spec.loaders import load_workload
@@ -137,7 +138,7 @@ def advise(
         try:
             yaml_dir.mkdir(parents=True, exist_ok=True)
             for pick in advice.picks:
-                (yaml_dir / f"{pick.goal}.yaml").write_text(pick.yaml)
+                write_text(yaml_dir / f"{pick.goal}.yaml", pick.yaml)
         except OSError as exc:
             raise SweetspotError(f"cannot write YAML configs to {yaml_dir}: {exc}") from None
     if as_json:
@@ -410,7 +411,7 @@ def bench(
                          "seed": wl.seed if seed is None else seed, "vocab_size": vocab_size}
     if json_path is not None:
         try:
-            json_path.write_text(json.dumps(data, indent=2))
+            write_text(json_path, json.dumps(data, indent=2))
         except OSError as exc:
             raise SweetspotError(f"cannot write {json_path}: {exc}") from None
     if measurement is not None:
@@ -699,7 +700,7 @@ def simulate(
                                     for k, v in run.config.explicit().items()}}
     if json_path is not None:
         try:
-            json_path.write_text(json.dumps(data, indent=2))
+            write_text(json_path, json.dumps(data, indent=2))
         except OSError as exc:
             raise SweetspotError(f"cannot write {json_path}: {exc}") from None
     return 0 if run.status == "ok" else 1

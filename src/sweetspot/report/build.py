@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sweetspot._files import atomic_path, write_text
 from sweetspot.report.html import render_html
 from sweetspot.report.study import baseline_trial, changes_text, redacted, trials_by_number
 from sweetspot.report.tables import csv_table
@@ -35,21 +36,21 @@ def build_report(study: Mapping[str, Any], out_dir: Path) -> ReportFiles:
     study = redacted(study)
 
     trials_json = out_dir / "trials.json"
-    trials_json.write_text(json.dumps(study, indent=2) + "\n", encoding="utf-8")
+    write_text(trials_json, json.dumps(study, indent=2) + "\n")
 
     trials_csv = out_dir / "trials.csv"
     header, rows = csv_table(study)
-    with trials_csv.open("w", newline="", encoding="utf-8") as f:
+    with atomic_path(trials_csv) as tmp, tmp.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(header)
         writer.writerows(rows)
 
     picks_json = out_dir / "picks.json"
-    picks_json.write_text(json.dumps(picks_document(study), indent=2) + "\n", encoding="utf-8")
+    write_text(picks_json, json.dumps(picks_document(study), indent=2) + "\n")
 
     pngs = render_figures(study, out_dir)
     html = out_dir / "report.html"
-    html.write_text(render_html(study, pngs), encoding="utf-8")
+    write_text(html, render_html(study, pngs))
     return ReportFiles(html=html, pngs=pngs, trials_json=trials_json, trials_csv=trials_csv,
                        picks_json=picks_json)
 

@@ -19,6 +19,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
+from sweetspot._files import atomic_path
 from sweetspot.report.figures import (
     KnobGain,
     ParetoData,
@@ -83,7 +84,8 @@ def render_figures(study: Mapping[str, Any], out_dir: Path) -> tuple[Path, ...]:
         FigureCanvasAgg(fig)  # the figure's canvas: measures text for label placement
         draw(data, fig)
         path = out_dir / name
-        fig.savefig(path, dpi=DPI, metadata={"Software": None})  # no version: stable bytes
+        with atomic_path(path) as tmp:  # no version in it: stable bytes
+            fig.savefig(tmp, format="png", dpi=DPI, metadata={"Software": None})
         paths.append(path)
     return tuple(paths)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sweetspot._errors import SweetspotError
+from sweetspot._files import write_text
 from sweetspot.backends.sim.cost import LINEAR_FEATURES, LinearStepModel
 from sweetspot.backends.sim.fit import FIT_METRICS, Observation
 from sweetspot.metrics.run import bunched_streams
@@ -63,7 +64,7 @@ class Calibration:
 
 def save_calibration(path: Path, calibration: Calibration) -> None:
     try:
-        path.write_text(json.dumps(calibration.to_dict(), indent=2) + "\n")
+        write_text(path, json.dumps(calibration.to_dict(), indent=2) + "\n")
     except OSError as exc:
         raise SweetspotError(f"cannot write {path}: {exc}") from None
 
