@@ -225,6 +225,15 @@ DummyWeightsOpt = Annotated[bool, typer.Option(
                             "needs only config.json and a tokenizer. For tests and speed checks; "
                             "the model's own weights load by default, and speculative "
                             "decoding's acceptance means nothing without them.")]
+ApiKeyOpt = Annotated[str | None, typer.Option(
+    "--api-key", envvar=["OPENAI_API_KEY", "VLLM_API_KEY"], show_envvar=False,
+    help="Key of a server started with --api-key, sent as 'Authorization: Bearer KEY' "
+         "(default $OPENAI_API_KEY, else $VLLM_API_KEY; a server sweetspot launches is sent "
+         "the key it was started with). Never written to any file.")]
+HeaderOpt = Annotated[list[str] | None, typer.Option(
+    "--header", help="'Name: value' sent with every request (repeatable).")]
+
+
 ClientPriorityOpt = Annotated[str, typer.Option(
     "--client-priority", help="normal, or realtime: the load generator runs SCHED_FIFO (root or "
                               "CAP_SYS_NICE), so a CPU-build server on the same cores cannot "
@@ -320,13 +329,16 @@ def bench(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the result here "
                                                                    "(vLLM's keys).")] = None,
     client_priority: ClientPriorityOpt = "normal",
+    api_key: ApiKeyOpt = None,
+    header: HeaderOpt = None,
 ) -> int:
     """Measure a running server with a workload, the way `vllm bench serve` measures; or,
     with --launch, start vLLM for the run (one trial) and report what the server said too."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from sweetspot.backends.endpoint import run_endpoint
-    from sweetspot.backends.loadgen import LoadConfig, check_server
+    from sweetspot.backends.loadgen import LoadConfig, check_server, request_headers
+    from sweetspot.backends.trial import every_request_failed
     from sweetspot.metrics.run import measure
     from sweetspot.metrics.slo import check_slos, parse_slos
     from sweetspot.spec.requests import sample_requests
@@ -347,7 +359,8 @@ def bench(
     config = LoadConfig(base_url=url or "", model=model or "", endpoint=endpoint,
                         max_concurrency=concurrency, timeout_s=timeout,
                         warmup_requests=warmup, processes=processes,
-                        realtime=_realtime_client(client_priority))
+                        realtime=_realtime_client(client_priority),
+                        headers=request_headers(api_key, header or []))
     trial = None
     if launch:
         backend, serve_args = _launch_backend(ctx.args, vllm_python, launch_template,
@@ -378,7 +391,7 @@ def bench(
         run = trial.run
     else:
         vocab_size = vocab_size or 32_000
-        served = asyncio.run(check_server(url))
+        served = asyncio.run(check_server(url, headers=config.headers))
         model = model or (served[0] if served else None)
         if not model:
             raise SweetspotError(f"{url} serves no model; pass --model")
@@ -418,6 +431,8 @@ def bench(
         _print_result(measurement)
         _print_slo_checks(data.get("slos") or {})
         _warn_bunched(data)
+        if trial is None and (failed := every_request_failed(run)):
+            _err.print(f"bench: {failed[0]}: {failed[1]}", markup=False)
     if trial is not None:
         _print_trial(trial)
         if not trial.ok:
@@ -1471,6 +1486,9 @@ def mock_server(
                                                                 "mid-way.")] = 0.0,
     seed: Annotated[int, typer.Option()] = 0,
     model_name: Annotated[str, typer.Option()] = "mock",
+    api_key: Annotated[str | None, typer.Option(help="Answer /v1 requests without "
+                                                     "'Authorization: Bearer KEY' with HTTP "
+                                                     "401, as vLLM's --api-key does.")] = None,
 ) -> int:
     """A fast OpenAI-compatible streaming server with programmable timing, for tests, demos
     and measuring the client itself (not a stand-in for vLLM). Runs until Ctrl-C."""
@@ -1479,7 +1497,7 @@ def mock_server(
     config = MockServerConfig(ttft_s=ttft_ms / 1e3, itl_s=itl_ms / 1e3,
                               max_num_seqs=max_num_seqs, tokens_per_chunk=tokens_per_chunk,
                               fail_rate=fail_rate, drop_rate=drop_rate, seed=seed,
-                              model_name=model_name)
+                              model_name=model_name, api_key=api_key)
     try:
         run(config, host, port,
             on_ready=lambda url: _out.print(f"mock server listening on {url}", markup=False))

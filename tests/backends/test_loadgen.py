@@ -274,3 +274,29 @@ def test_client_priority_option_errors(workload_file):
                                   "not 'high'")
     sim = run_cli("tune", "--client-priority", "realtime", "--trials", "2")
     assert sim.returncode == 2 and "applies to measured backends" in sim.stderr
+
+
+def test_bench_sends_the_api_key_a_server_wants(tmp_path):
+    """A server started with --api-key refuses /v1 without it: bench says so before the run
+    (exit 2, with the hint); with --api-key, or OPENAI_API_KEY in the environment, it runs."""
+    import os
+    import subprocess
+    import sys
+
+    with start_mock_server(MockServerConfig(ttft_s=0.001, itl_s=0.001, api_key="sekret")) as url:
+        common = ("bench", "--url", url, "--workload", "short", "--num-requests", "6")
+        refused = run_cli(*common)
+        assert refused.returncode == 2
+        assert "HTTP 401" in refused.stderr and "--api-key" in refused.stderr
+        out = tmp_path / "r.json"
+        keyed = run_cli(*common, "--api-key", "sekret", "--json", str(out))
+        assert keyed.returncode == 0, keyed.stderr
+        data = json.loads(out.read_text())
+        assert data["completed"] == 6 and data["failed"] == 0
+        assert "sekret" not in out.read_text()
+        from_env = subprocess.run([sys.executable, "-m", "sweetspot.cli", *common],
+                                  capture_output=True, text=True, timeout=120,
+                                  env={**os.environ, "OPENAI_API_KEY": "sekret"})
+        assert from_env.returncode == 0, from_env.stderr
+        bad = run_cli(*common, "--header", "no colon here")
+        assert bad.returncode == 2 and "bad --header" in bad.stderr

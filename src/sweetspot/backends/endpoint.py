@@ -104,7 +104,12 @@ class EndpointBackend:
         import dataclasses
         import time
 
-        from sweetspot.backends.trial import Trial, TrialTimings, further_runs
+        from sweetspot.backends.trial import (
+            Trial,
+            TrialTimings,
+            every_request_failed,
+            further_runs,
+        )
 
         started = time.monotonic()
         if config != self.serving:
@@ -122,8 +127,8 @@ class EndpointBackend:
             except SweetspotError as exc:
                 status, cause = "crash", str(exc)
                 return False
-            if runs[-1].records and all(r.error for r in runs[-1].records):
-                status, cause = "crash", f"every request failed: {runs[-1].records[0].error}"
+            if failed := every_request_failed(runs[-1]):
+                status, cause = failed
                 return False
             return True
 

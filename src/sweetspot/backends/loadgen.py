@@ -65,6 +65,8 @@ class LoadConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)
     processes: int = 0  # worker processes; 0 = decide from the request rate
     realtime: bool = False  # the client runs SCHED_FIFO (see ``client_priority``)
+    # Sent with every request: an API key's "Authorization: Bearer ..." and --header items.
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @property
     def url(self) -> str:
@@ -204,6 +206,7 @@ def _completion_tokens(payload: bytes, current: int | None) -> int | None:
 
 def _session(config: LoadConfig) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(
+        headers=dict(config.headers),
         connector=aiohttp.TCPConnector(limit=0, force_close=False),
         timeout=aiohttp.ClientTimeout(total=config.timeout_s),
         read_bufsize=READ_BUFFER_BYTES,
@@ -288,7 +291,30 @@ def _processes(requests: Sequence[Request], config: LoadConfig) -> int:
     return max(1, min(wanted, multiprocessing.cpu_count(), 8))
 
 
-async def check_server(base_url: str, timeout_s: float = 5.0) -> list[str]:
+def request_headers(api_key: str | None, items: Sequence[str] = ()
+                    ) -> tuple[tuple[str, str], ...]:
+    """``Authorization: Bearer KEY`` for ``api_key`` (as vLLM's ``--api-key`` expects), then
+    each ``Name: value`` of ``items`` (``--header``); a one-line error for a malformed one."""
+    headers = [("Authorization", f"Bearer {api_key}")] if api_key else []
+    for item in items:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip() or any(c in name for c in " \t\r\n") or \
+                any(c in value for c in "\r\n"):
+            raise SweetspotError(f"bad --header {item.split(':')[0]!r}...: expected "
+                                 "'Name: value'")
+        headers.append((name.strip(), value.strip()))
+    return tuple(headers)
+
+
+def refused_for_auth(status: int) -> bool:
+    return status in (401, 403)
+
+
+AUTH_HINT = "the server wants an API key: pass --api-key (or set OPENAI_API_KEY or VLLM_API_KEY)"
+
+
+async def check_server(base_url: str, timeout_s: float = 5.0,
+                       headers: Sequence[tuple[str, str]] = ()) -> list[str]:
     """The model ids a server offers; a one-line error when it cannot be reached."""
     parts = urllib.parse.urlsplit(base_url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -297,7 +323,10 @@ async def check_server(base_url: str, timeout_s: float = 5.0) -> list[str]:
     url = base_url.rstrip("/") + "/v1/models"
     try:
         timeout = aiohttp.ClientTimeout(total=timeout_s)
-        async with aiohttp.ClientSession(timeout=timeout) as s, s.get(url) as response:
+        async with aiohttp.ClientSession(timeout=timeout, headers=dict(headers)) as s, \
+                s.get(url) as response:
+            if refused_for_auth(response.status):
+                raise SweetspotError(f"{url} answered HTTP {response.status}: {AUTH_HINT}")
             if response.status != 200:
                 raise SweetspotError(f"{url} answered HTTP {response.status}")
             data = await response.json(content_type=None)

@@ -21,13 +21,28 @@ if TYPE_CHECKING:  # the real-server backend builds trials, so it imports this m
     from sweetspot.backends.vllm.memory import MemoryPeaks
     from sweetspot.spec.requests import Request
 
-__all__ = ["STATUSES", "MoreRuns", "Trial", "TrialTimings", "further_runs"]
+__all__ = ["STATUSES", "MoreRuns", "Trial", "TrialTimings", "every_request_failed",
+           "further_runs"]
 
 # Further workloads a trial runs on its server after the first, in order: given up front, or
 # decided from the first run (``--rate auto``: the baseline's traffic is offered at a share of
 # the capacity its own first run measured, so one server start serves both).
 Runs: TypeAlias = "Sequence[tuple[Sequence[Request], LoadConfig]]"
 MoreRuns: TypeAlias = "Runs | Callable[[EndpointRun], Runs]"
+
+
+def every_request_failed(run: EndpointRun | None) -> tuple[str, str] | None:
+    """(status, cause) when every request of ``run`` failed — ``auth`` when the server refused
+    them all (HTTP 401/403), else ``crash`` — never an "ok" run of zero latencies; None when
+    some request got through (or there was none)."""
+    from sweetspot.backends.loadgen import AUTH_HINT
+
+    if run is None or not run.records or any(r.error is None for r in run.records):
+        return None
+    first = run.records[0].error
+    if all(r.error.startswith(("HTTP 401", "HTTP 403")) for r in run.records):
+        return "auth", f"every request was refused ({first}); {AUTH_HINT}"
+    return "crash", f"every request failed: {first}"
 
 
 def further_runs(more: MoreRuns, first: EndpointRun | None) -> Runs:
@@ -39,7 +54,8 @@ def further_runs(more: MoreRuns, first: EndpointRun | None) -> Runs:
 # ok: the workload ran (single requests may still have failed: see the records).
 # oom: the server could not hold the model or its KV cache; invalid: vLLM (or sweetspot's
 # knowledge of it) refused the configuration; crash: the server died; timeout: a deadline passed.
-STATUSES = ("ok", "oom", "invalid", "crash", "timeout")
+# auth: the server refused every request (HTTP 401/403: it wants an API key).
+STATUSES = ("ok", "oom", "invalid", "crash", "timeout", "auth")
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,6 +68,7 @@ class MockServerConfig:
     drop_rate: float = 0.0  # share of streams cut after 1-3 chunks (before the last), no [DONE]
     seed: int = 0  # seeds the fail/drop draws and response ids, in arrival order
     model_name: str = "mock"  # served model name (requests may name any model)
+    api_key: str | None = None  # as vLLM's --api-key: /v1 routes want "Bearer KEY", else 401
 
     def __post_init__(self) -> None:
         if self.ttft_s < 0 or self.itl_s < 0:

@@ -235,7 +235,20 @@ def _full_body(chat: bool, head: str, text: str, usage: dict) -> bytes:
 def build_app(config: MockServerConfig) -> web.Application:
     """The aiohttp application; its engine is ``app[ENGINE_KEY]`` (benchmarks read its lags)."""
     service = _MockService(config)
-    app = web.Application()
+    middlewares = []
+    if config.api_key:
+        expected = f"Bearer {config.api_key}"
+
+        @web.middleware
+        async def authorize(request: web.Request, handler):
+            # vLLM's rule: only the /v1 routes need the key (health and metrics do not).
+            if request.path.startswith("/v1") and \
+                    request.headers.get("Authorization") != expected:
+                return web.json_response({"error": "Unauthorized"}, status=401)
+            return await handler(request)
+
+        middlewares.append(authorize)
+    app = web.Application(middlewares=middlewares)
     app[ENGINE_KEY] = service.engine
     app.router.add_post("/v1/completions", service.completions)
     app.router.add_post("/v1/chat/completions", service.chat)
@@ -296,7 +309,8 @@ def _cli_args(config: MockServerConfig) -> list[str]:
             "--max-num-seqs", str(config.max_num_seqs),
             "--tokens-per-chunk", str(config.tokens_per_chunk),
             "--fail-rate", repr(config.fail_rate), "--drop-rate", repr(config.drop_rate),
-            "--seed", str(config.seed), "--model-name", config.model_name]
+            "--seed", str(config.seed), "--model-name", config.model_name,
+            *(["--api-key", config.api_key] if config.api_key else [])]
 
 
 @contextlib.contextmanager
@@ -368,12 +382,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--drop-rate", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model-name", default="mock")
+    parser.add_argument("--api-key", default=None)
     args = parser.parse_args(argv)
     try:
         config = MockServerConfig(
             ttft_s=args.ttft_ms / 1e3, itl_s=args.itl_ms / 1e3, max_num_seqs=args.max_num_seqs,
             tokens_per_chunk=args.tokens_per_chunk, fail_rate=args.fail_rate,
-            drop_rate=args.drop_rate, seed=args.seed, model_name=args.model_name)
+            drop_rate=args.drop_rate, seed=args.seed, model_name=args.model_name,
+            api_key=args.api_key)
     except SweetspotError as exc:
         parser.exit(2, f"error: {exc}\n")
     run(config, args.host, args.port,

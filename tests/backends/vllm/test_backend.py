@@ -8,6 +8,7 @@ real CPU-build server runs the same code in test_backend_vllm.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -294,3 +295,25 @@ def test_every_tuner_backend_has_a_name() -> None:
     from sweetspot.backends.sim.backend import SimBackend
 
     assert (VllmBackend.name, EndpointBackend.name, SimBackend.name) == ("vllm", "endpoint", "sim")
+
+
+def test_a_server_wanting_a_key_is_sent_the_one_it_was_started_with(tmp_path: Path) -> None:
+    """A launched server started with --api-key gets its key from the launcher; a wrong key
+    makes every request a 401, and the trial is a failed one ("auth") with the hint, never
+    "ok" with zero latencies."""
+    keyed = MOCK + " --api-key sekret"
+    trial = _backend(tmp_path, template=keyed).run_args(["--api-key", "sekret"], _requests(),
+                                                         LOAD)
+    assert trial.status == "ok", trial.cause
+    assert all(r.error is None for r in trial.run.records)
+    wrong = dataclasses.replace(LOAD, headers=(("Authorization", "Bearer wrong"),))
+    trial = _backend(tmp_path, template=keyed).run_args(["--api-key", "sekret"], _requests(),
+                                                         wrong)
+    assert trial.status == "auth"
+    assert "HTTP 401" in trial.cause and "--api-key" in trial.cause
+    assert_gone(trial.server_pids)
+
+
+def test_a_run_whose_requests_all_fail_is_a_crash(tmp_path: Path) -> None:
+    trial = _backend(tmp_path, template=MOCK + " --fail-rate 1").run_args([], _requests(), LOAD)
+    assert trial.status == "crash" and trial.cause.startswith("every request failed: HTTP 500")

@@ -28,7 +28,13 @@ from packaging.version import Version
 from sweetspot._errors import SweetspotError
 from sweetspot.backends.endpoint import run_endpoint
 from sweetspot.backends.loadgen import LoadConfig, run_load
-from sweetspot.backends.trial import MoreRuns, Trial, TrialTimings, further_runs
+from sweetspot.backends.trial import (
+    MoreRuns,
+    Trial,
+    TrialTimings,
+    every_request_failed,
+    further_runs,
+)
 from sweetspot.backends.vllm.guard import TRIAL_ENV, reap_orphans
 from sweetspot.backends.vllm.installed import InstalledVllm, detect_vllm
 from sweetspot.backends.vllm.logs import classify_failure, parse_startup
@@ -275,8 +281,14 @@ class VllmBackend:
         outcome["alive"] = handle.alive(grace_s=_DEATH_GRACE_S if failed else 0.0)
 
     def _served(self, load: LoadConfig, handle: ServerHandle) -> LoadConfig:
+        """``load`` aimed at the launched server, with the API key it was started with (its
+        ``--api-key`` or ``VLLM_API_KEY``) unless the load brings its own."""
+        headers = load.headers
+        key = _api_key(handle.argv) or self.env.get("VLLM_API_KEY")
+        if key and not any(name.lower() == "authorization" for name, _ in headers):
+            headers = (("Authorization", f"Bearer {key}"), *headers)
         return dataclasses.replace(load, base_url=handle.base_url, model=self.model_dir,
-                                   warmup_requests=0)
+                                   warmup_requests=0, headers=headers)
 
     def _finish(self, outcome: dict, phase: _Phases, log_path: Path, kept: bool,
                 args: Sequence[str]) -> Trial:
@@ -284,6 +296,8 @@ class VllmBackend:
         run = outcome.get("run")
         log = _read(log_path)
         status, cause, lines = "ok", None, ()
+        failed = next(filter(None, map(every_request_failed,
+                                       [run, *outcome.get("more", ())])), None)
         if outcome.get("timed_out"):
             status = "timeout"
             cause = f"the workload ran past the run deadline of {self.run_timeout_s:g} s"
@@ -292,6 +306,8 @@ class VllmBackend:
             status, cause, lines = ("oom" if failure.status == "oom" else "crash",
                                     f"the server died during the run: {failure.cause}",
                                     failure.lines)
+        elif failed:
+            status, cause = failed
         workload_s = None
         if run is not None:
             workload_s = run.duration_s + sum(r.duration_s for r in outcome.get("more", ()))
@@ -379,6 +395,17 @@ def _new_folder(parent: Path, name: str | None) -> Path:
 def _refused(cause: str, lines: tuple[str, ...], started_s: float, version: str) -> Trial:
     return Trial("invalid", cause, None, TrialTimings(total_s=time.monotonic() - started_s),
                  log_lines=lines, vllm_version=version)
+
+
+def _api_key(argv: Sequence[str]) -> str | None:
+    """The value of the last ``--api-key`` in a server's command line (vLLM's own rule)."""
+    key = None
+    for i, arg in enumerate(argv):
+        if arg == "--api-key" and i + 1 < len(argv):
+            key = argv[i + 1]
+        elif arg.startswith("--api-key="):
+            key = arg.split("=", 1)[1]
+    return key
 
 
 def _read(path: Path) -> str:
