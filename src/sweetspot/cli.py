@@ -458,6 +458,23 @@ def _print_slo_checks(checks: dict) -> None:
                    f"{verdict} ({measured})", markup=False)
 
 
+def _env_items(items: list[str] | None) -> dict[str, str]:
+    """--env KEY=VALUE, or KEY alone for this process's own value (a token kept out of the
+    shell's history: it is used, never written)."""
+    env: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not key or any(c in key for c in " \t\n"):
+            raise SweetspotError(f"bad --env {key!r}: expected KEY=VALUE or KEY")
+        if not sep:
+            if key not in os.environ:
+                raise SweetspotError(f"--env {key}: not set in this environment (or pass "
+                                     f"{key}=VALUE)")
+            value = os.environ[key]
+        env[key] = value
+    return env
+
+
 def _launch_backend(extra: list[str], vllm_python: str | None, template: str | None,
                     version: str | None, env_items: list[str] | None, startup_timeout: float,
                     run_timeout: float | None, trials_dir: Path, warmup: int,
@@ -468,12 +485,7 @@ def _launch_backend(extra: list[str], vllm_python: str | None, template: str | N
     if model_dir is None:
         raise SweetspotError("--launch needs the model: sweetspot bench --launch [options] -- "
                              "MODEL [vllm serve options]")
-    env: dict[str, str] = {}
-    for item in env_items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SweetspotError(f"bad --env {item!r}: expected KEY=VALUE")
-        env[key] = value
+    env = _env_items(env_items)
     python = vllm_python or os.environ.get("SWEETSPOT_VLLM_PYTHON") or sys.executable
     if template is None and not (Path(python).exists() or "/" not in python):
         raise SweetspotError(f"--vllm-python {python}: no such interpreter")
@@ -487,19 +499,14 @@ def _launch_backend(extra: list[str], vllm_python: str | None, template: str | N
 
 def _server_line(backend, args) -> str:
     """The exact command, runnable in a shell: the environment sweetspot sets, then argv."""
-    import re
     import shlex
 
+    from sweetspot._secrets import redact_args, redact_env
     from sweetspot.backends.vllm.server import DEFAULT_ENV
 
     env = {**{k: os.environ.get(k, v) for k, v in DEFAULT_ENV.items()}, **backend.env}
-    secret = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.I)
-    argv = list(backend.server_command(args))
-    for i, word in enumerate(argv[:-1]):  # vLLM's own log shows '***' for its key too
-        if word == "--api-key":
-            argv[i + 1] = "***"
-    return shlex.join(["env", *(f"{k}={'***' if secret.search(k) else v}"
-                                for k, v in env.items()), *argv])
+    argv = redact_args(backend.server_command(args))  # vLLM's own log shows '***' too
+    return shlex.join(["env", *(f"{k}={v}" for k, v in redact_env(env).items()), *argv])
 
 
 def _model_vocab(folder: Path) -> int | None:
@@ -1054,7 +1061,7 @@ def tune(
         stored = StudyStore.load(storage_url, study_name).user_attrs.get("settings")
         if not stored:
             raise SweetspotError(f"study {study_name!r} has no sweetspot settings")
-        settings = StudySettings.from_dict(stored)
+        settings = StudySettings.from_dict(stored).with_secrets()
         if settings.vllm.get("realtime_client"):  # still allowed here?
             _realtime_client("realtime")
         if trials is not None or time_budget is not None:  # a resumed study may get more
@@ -1173,12 +1180,7 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
     real = backend != "sim"  # measured, not predicted
     vllm: dict = {}
     if backend == "vllm":
-        env: dict[str, str] = {}
-        for item in server_env or []:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise SweetspotError(f"bad --env {item!r}: expected KEY=VALUE")
-            env[key] = value
+        env = _env_items(server_env)
         vllm = {"python": python, "template": launch_template, "tokenizer": tokenizer,
                 "env": env, "trials_dir": str(trials_dir),
                 "args": shlex.split(server_args or "")}

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from sweetspot._secrets import redact_args
 from sweetspot.backends.endpoint import EndpointRun
 
 if TYPE_CHECKING:  # the real-server backend builds trials, so it imports this module
@@ -107,7 +108,7 @@ class Trial:
             "status": self.status,
             "cause": self.cause,
             "log_lines": list(self.log_lines),
-            "argv": list(self.argv),
+            "argv": redact_args(self.argv),  # never a key (--api-key K)
             "log_path": str(self.log_path) if self.log_path else None,
             "vllm_version": self.vllm_version,
             "timings": {**asdict(self.timings), "overhead_s": self.timings.overhead_s},

@@ -12,7 +12,8 @@ import json
 import math
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+
+from sweetspot._secrets import redact_url
 
 Trial = Mapping[str, Any]
 
@@ -145,17 +146,6 @@ def relative_change(value: float | None, reference: float | None) -> float | Non
     if value is None or reference is None or reference == 0:
         return None
     return value / reference - 1.0
-
-
-def redact_url(url: Any) -> Any:
-    """A storage URL without its password (PostgreSQL URLs may carry one); others unchanged."""
-    if not isinstance(url, str) or "@" not in url:
-        return url
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username}:***@{parts.netloc.rsplit('@', 1)[1]}"
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def redacted(study: Mapping[str, Any]) -> dict[str, Any]:

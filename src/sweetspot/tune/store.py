@@ -18,12 +18,14 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from sweetspot._errors import SweetspotError
+from sweetspot._secrets import MASK, redact_url
 from sweetspot.tune.space import SearchSpace
 
 __all__ = ["DEFAULT_STORAGE", "StudyStore", "default_storage_url"]
@@ -50,7 +52,11 @@ def _storage(url: str) -> optuna.storages.BaseStorage:
         return optuna.storages.RDBStorage(url)
     except Exception as exc:  # SQLAlchemy's many errors: bad URL, driver, unreachable server
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SweetspotError(f"cannot open the study storage {url}: {first}") from None
+        password = _password(url)
+        if password:  # SQLAlchemy's message may repeat the URL
+            first = first.replace(password, MASK)
+        raise SweetspotError(f"cannot open the study storage {redact_url(url)}: {first}"
+                             ) from None
 
 
 class StudyStore:
@@ -129,3 +135,9 @@ class StudyStore:
     def set_attr(self, key: str, value: Any) -> None:
         self.study.set_user_attr(key, value)
 
+
+def _password(url: str) -> str | None:
+    try:
+        return urlsplit(url).password
+    except ValueError:
+        return None

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sweetspot._errors import SweetspotError
+from sweetspot._secrets import redact_args, redact_env, redact_url, restore_args, restore_env
 from sweetspot.engine.render import render_serve, render_yaml
 from sweetspot.spec.hardware import GiB, load_hardware
 from sweetspot.spec.knobs import ServingConfig, resolve_defaults
@@ -82,7 +83,26 @@ class StudySettings:
     fixed: dict[str, str] = field(default_factory=dict)  # knob -> value label: --fix, pinned
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """What is stored (and reported): the server's secrets masked (``_secrets``); a resumed
+        study takes them again from the environment (``with_secrets``)."""
+        data = dataclasses.asdict(self)
+        vllm = data.get("vllm") or {}
+        if vllm.get("env"):
+            vllm["env"] = redact_env(vllm["env"])
+        if vllm.get("args"):
+            vllm["args"] = redact_args(vllm["args"])
+        if vllm.get("url"):
+            vllm["url"] = redact_url(vllm["url"])
+        return data
+
+    def with_secrets(self) -> StudySettings:
+        """Stored settings with their masked secrets taken from sweetspot's environment."""
+        vllm = dict(self.vllm or {})
+        if vllm.get("env"):
+            vllm["env"] = restore_env(vllm["env"])
+        if vllm.get("args"):
+            vllm["args"] = restore_args(vllm["args"])
+        return dataclasses.replace(self, vllm=vllm)
 
     @classmethod
     def from_dict(cls, data: dict) -> StudySettings:
