@@ -7,7 +7,9 @@ SIGTERM alone left it running), has a child of its own, and never answers /healt
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -125,9 +127,30 @@ def test_orphans_of_a_dead_sweetspot_are_reaped_and_named(tmp_path: Path) -> Non
     sleeper = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                "time.sleep(600)")
 
-    def spawn(env: dict[str, str]) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-c", sleeper], start_new_session=True,
-                                env={**os.environ, **env})
+    class Orphan:
+        """A process in its own group whose parent has gone (as a killed sweetspot's server
+        is): the shell that started it exits at once."""
+
+        def __init__(self, env: dict[str, str]) -> None:
+            shell = subprocess.run(
+                ["sh", "-c", f"{shlex.quote(sys.executable)} -c {shlex.quote(sleeper)} "
+                             "</dev/null >/dev/null 2>&1 & echo $!"],
+                capture_output=True, text=True, env={**os.environ, **env},
+                start_new_session=True, check=True)
+            self.pid = int(shell.stdout)
+
+        def alive(self) -> bool:
+            try:
+                state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                return False
+            return state != "Z"
+
+        def kill(self) -> None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    spawn = Orphan
 
     orphan = spawn({OWNER_ENV: "999999999:1", TRIAL_ENV: str(tmp_path / "trial-0007")})
     owned = spawn({OWNER_ENV: owner_mark()})  # its owner (this test) is alive
@@ -135,14 +158,12 @@ def test_orphans_of_a_dead_sweetspot_are_reaped_and_named(tmp_path: Path) -> Non
     try:
         time.sleep(0.5)  # their environments are readable once they exec'd
         reaped = reap_orphans(grace_s=0.5)
-        ours = [r for r in reaped if r.pgid == orphan.pid]
+        ours = [r for r in reaped if orphan.pid in r.pids]
         assert len(ours) == 1 and ours[0].trial == str(tmp_path / "trial-0007")
         assert "trial-0007" in ours[0].describe() and "killed sweetspot" in ours[0].describe()
-        assert orphan.wait(timeout=15) == -signal.SIGKILL  # it ignored SIGTERM
-        assert owned.poll() is None and kept.poll() is None
-        assert not {owned.pid, kept.pid} & {r.pgid for r in reaped}
+        assert not orphan.alive()  # it ignored SIGTERM: SIGKILL after the grace
+        assert owned.alive() and kept.alive()
+        assert not {owned.pid, kept.pid} & {pid for r in reaped for pid in r.pids}
     finally:
         for p in (orphan, owned, kept):
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+            p.kill()
