@@ -1028,6 +1028,8 @@ def tune(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Backend vllm: print the baseline's server command and the first "
                           "sweep's (each knob changed alone), start nothing.")] = False,
+    api_key: ApiKeyOpt = None,
+    header: HeaderOpt = None,
 ) -> int:
     """Find the best configuration: search the space on the simulator (default) or real vLLM,
     print four picks (max throughput, low latency, memory-limited, balanced) with commands,
@@ -1075,6 +1077,9 @@ def tune(
                                  study_name, vllm_python, launch_template, tokenizer,
                                  server_env, server_args, trials_dir, url, client_priority,
                                  dummy_weights, fixed, rate=rate, acceptance=acceptance)
+    from sweetspot.backends.loadgen import request_headers
+
+    settings = dataclasses.replace(settings, headers=request_headers(api_key, header or []))
     if dry_run:
         return _print_tune_commands(settings, changes)
     budget = settings.trials

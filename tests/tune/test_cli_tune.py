@@ -139,15 +139,20 @@ def test_rate_strategy_finds_the_goodput_capacity_of_the_baseline(tmp_path: Path
 
 def test_goodput_of_a_running_endpoint(tmp_path: Path) -> None:
     """A live server (the mock: 4 requests at a time, the rest queue) measured as it runs:
-    its TTFT grows with the queue as the offered rate nears its capacity."""
-    config = MockServerConfig(ttft_s=0.010, itl_s=0.002, max_num_seqs=4)
+    its TTFT grows with the queue as the offered rate nears its capacity. It wants an API key,
+    which is sent, and written nowhere."""
+    config = MockServerConfig(ttft_s=0.010, itl_s=0.002, max_num_seqs=4, api_key="sekret-9")
     with start_mock_server(config) as url:
-        done = run_cli("tune", "--backend", "endpoint", "--url", url, "--strategy", "rate",
-                       "--slo", "p99_ttft=60ms", "--model", "qwen2.5-0.5b", "--quant", "bf16",
-                       "--workload", str(_small_workload(tmp_path)), "--num-requests", "40",
-                       "--storage", f"sqlite:///{tmp_path / 's.db'}", "--study-name", "live",
-                       "--report-dir", str(tmp_path / "report"))
+        args = ("tune", "--backend", "endpoint", "--url", url, "--strategy", "rate",
+                "--slo", "p99_ttft=60ms", "--model", "qwen2.5-0.5b", "--quant", "bf16",
+                "--workload", str(_small_workload(tmp_path)), "--num-requests", "40",
+                "--storage", f"sqlite:///{tmp_path / 's.db'}", "--study-name", "live",
+                "--report-dir", str(tmp_path / "report"))
+        refused = run_cli(*args)
+        assert refused.returncode == 2 and "--api-key" in refused.stderr
+        done = run_cli(*args, "--api-key", "sekret-9")
     assert done.returncode == 0, done.stderr + done.stdout
+    assert not any(b"sekret-9" in p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
     search = json.loads((tmp_path / "report" / "trials.json").read_text())["rate_search"]
     # 4 slots, each request 10 ms + 15 x 2 ms = 40 ms: about 100 requests/s at rate inf.
     assert 50 < search["capacity_rps"] < 110

@@ -83,14 +83,15 @@ class EndpointBackend:
     name = "endpoint"
 
     def __init__(self, url: str, serving: Any, *, model: str | None = None,
-                 scrape_interval_s: float = 0.0) -> None:
+                 scrape_interval_s: float = 0.0,
+                 headers: Sequence[tuple[str, str]] = ()) -> None:
         import asyncio
 
         from sweetspot.backends.loadgen import check_server
 
         self.url = url
         self.serving = serving
-        served = asyncio.run(check_server(url))
+        served = asyncio.run(check_server(url, headers=headers))
         if not served:
             raise SweetspotError(f"{url} serves no model")
         if model is not None and model not in served:

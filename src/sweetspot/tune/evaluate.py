@@ -105,6 +105,7 @@ class Evaluator:
     seed: int = 0
     max_concurrency: int | None = None
     realtime_client: bool = False  # measured backends: the load generator runs SCHED_FIFO
+    headers: tuple[tuple[str, str], ...] = ()  # with every request (an endpoint's API key)
     rate: float | None = None  # offered req/s of the traffic run; None: the workload's own
     # Requests a configuration runs at once, from its settings and the capacity run's requests
     # (sizes the capacity run); None: the capacity run has ``num_requests``.
@@ -128,7 +129,7 @@ class Evaluator:
 
     def _load(self) -> LoadConfig:
         return LoadConfig(base_url="", model="", max_concurrency=self.max_concurrency,
-                          realtime=self.realtime_client)
+                          realtime=self.realtime_client, headers=self.headers)
 
     def capacity_plan(self, config: ServingConfig, seed: int
                       ) -> tuple[list[Request], int | None]:

@@ -81,11 +81,14 @@ class StudySettings:
     rate: float | str | None = None  # offered req/s, "auto" (a share of the baseline's capacity)
     acceptance: float | None = None  # simulated speculative acceptance; None: per method
     fixed: dict[str, str] = field(default_factory=dict)  # knob -> value label: --fix, pinned
+    # Sent with every request (--api-key, --header): used, never stored; given again on resume.
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def to_dict(self) -> dict:
         """What is stored (and reported): the server's secrets masked (``_secrets``); a resumed
         study takes them again from the environment (``with_secrets``)."""
         data = dataclasses.asdict(self)
+        data.pop("headers", None)
         vllm = data.get("vllm") or {}
         if vllm.get("env"):
             vllm["env"] = redact_env(vllm["env"])
@@ -106,7 +109,7 @@ class StudySettings:
 
     @classmethod
     def from_dict(cls, data: dict) -> StudySettings:
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = {f.name for f in dataclasses.fields(cls)} - {"headers"}
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
@@ -159,7 +162,8 @@ def _backend(settings: StudySettings, setup, model_ref: str, baseline: ServingCo
         from sweetspot.backends.endpoint import EndpointBackend
 
         return EndpointBackend(settings.vllm["url"], baseline,
-                               model=settings.vllm.get("served_model"))
+                               model=settings.vllm.get("served_model"),
+                               headers=settings.headers)
     if settings.backend == "sim":
         from sweetspot.backends.sim.backend import SimBackend
 
@@ -245,6 +249,7 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
     evaluator = Evaluator(backend, workload, settings.num_requests, settings.slos,
                           vocab_size=min(resolved.arch.vocab_size, 32_000), seed=settings.seed,
                           realtime_client=bool(settings.vllm.get("realtime_client")),
+                          headers=settings.headers,
                           rate=settings.rate if isinstance(settings.rate, float | int) else None,
                           batch_estimate=batch_estimator(setup, workload.prefix.length))
     directions = ("maximize", "minimize") if settings.objective == "pareto" else ("maximize",)
