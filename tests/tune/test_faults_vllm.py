@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sweetspot.backends.vllm.guard import TRIAL_ENV
 from sweetspot.testing.tiny_model import make_tiny_model
+from tests.conftest import trial_processes
 
 pytestmark = pytest.mark.vllm
 
@@ -58,7 +58,7 @@ def test_ten_sigkills_of_real_trials_leave_nothing_behind(vllm_python: Path,
             if tuner.poll() is None:
                 tuner.kill()
             tuner.wait()
-        left = _wait_no_trial_processes(trials_dir, timeout_s=60)
+        left = _wait_until_no_trial_processes(trials_dir, timeout_s=60)
         assert not left, f"kill {i + 1} ({moments[-1]}) left processes {left}"
     # The kills hit where they were meant to: some while a server started, some in a workload.
     assert sum(m.startswith("start-up") for m in moments) >= 3, moments
@@ -66,7 +66,7 @@ def test_ten_sigkills_of_real_trials_leave_nothing_behind(vllm_python: Path,
     done = subprocess.run([*resume, "--trials", "3"], capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stderr + done.stdout
-    assert not _wait_no_trial_processes(trials_dir, timeout_s=5)
+    assert not _wait_until_no_trial_processes(trials_dir, timeout_s=5)
     data = json.loads((tmp_path / "report" / "trials.json").read_text())
     numbers = [r["number"] for r in data["trials"]]
     assert len(numbers) == len(set(numbers)) >= 3
@@ -112,27 +112,10 @@ def _text(path: Path) -> str:
         return ""
 
 
-def _wait_no_trial_processes(trials: Path, timeout_s: float) -> list[int]:
+def _wait_until_no_trial_processes(trials: Path, timeout_s: float) -> list[int]:
     deadline = time.monotonic() + timeout_s
     while True:
-        left = _trial_processes(trials)
+        left = trial_processes(trials)
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.5)
-
-
-def _trial_processes(trials: Path) -> list[int]:
-    """Live processes launched for a trial under ``trials`` (their environment says so)."""
-    marker = f"{TRIAL_ENV}={trials.absolute()}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if marker in (entry / "environ").read_bytes():
-                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                if stat[0] != "Z":
-                    found.append(int(entry.name))
-        except OSError:
-            continue
-    return found

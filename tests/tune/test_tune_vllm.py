@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sweetspot.backends.vllm.backend import TRIAL_ENV
 from sweetspot.testing.tiny_model import make_tiny_model
+from tests.conftest import trial_processes
 
 pytestmark = pytest.mark.vllm
 
@@ -52,7 +52,7 @@ def test_tune_on_real_servers_survives_a_kill(vllm_python: Path, tmp_path: Path)
     first.send_signal(signal.SIGTERM)
     _, stderr = first.communicate(timeout=120)
     assert first.returncode == 143, stderr
-    assert not _trial_processes(tmp_path / "trials"), "a vLLM process survived"
+    assert not trial_processes(tmp_path / "trials"), "a vLLM process survived"
 
     resumed = subprocess.run([sys.executable, "-m", "sweetspot.cli", "tune", "--resume",
                               *common], capture_output=True, text=True, timeout=900)
@@ -78,19 +78,4 @@ def test_tune_on_real_servers_survives_a_kill(vllm_python: Path, tmp_path: Path)
         1 - data["resolution"])
     assert pick["metrics"]["output_throughput"] > base["metrics"]["output_throughput"]
     assert best["config"]["max_num_seqs"] == 32 and pick["config"]["max_num_seqs"] == 32
-    assert not _trial_processes(tmp_path / "trials")
-
-
-def _trial_processes(trials: Path) -> list[int]:
-    """Live processes launched for a trial under ``trials`` (their environment says so)."""
-    marker = f"{TRIAL_ENV}={trials.absolute()}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if marker in (entry / "environ").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
+    assert not trial_processes(tmp_path / "trials")
