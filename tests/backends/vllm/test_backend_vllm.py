@@ -102,3 +102,28 @@ def test_interrupted_trial_leaves_no_vllm_process(vllm_python: Path, tiny: TinyM
     assert proc.returncode == 130, stderr
     assert group_pids(pgid) == []
     assert_gone(pids)
+
+
+def test_a_value_vllm_refuses_is_invalid_at_once_in_its_words(vllm_python: Path, tiny: TinyModel,
+                                                              tmp_path: Path) -> None:
+    """--max-model-len beyond the model's is refused in milliseconds with no process started,
+    with the sentence the real server says seconds later (checked against it here)."""
+    from sweetspot.backends.vllm.server import ServerStartError, launch_server
+
+    backend = VllmBackend(str(tiny.model_dir), trials_dir=tmp_path / "trials",
+                          tokenizer_dir=str(tiny.tokenizer_dir), python=str(vllm_python),
+                          dummy_weights=True)
+    backend.check([])  # the installed vLLM's flags, read once and cached: not what is timed
+    started = time.monotonic()
+    trial = backend.run_args(["--max-model-len", "1000000", *SERVER_ARGS],
+                             [Request(0, 0.0, tuple(range(5, 21)), 4)], LoadConfig("", ""))
+    assert time.monotonic() - started <= 1.0
+    assert trial.status == "invalid" and not (tmp_path / "trials").exists()
+    headline = "User-specified max_model_len (1000000) is greater than the derived max_model_len"
+    assert trial.cause.startswith(headline)
+    with pytest.raises(ServerStartError), launch_server(
+            vllm_python, tiny.model_dir, tokenizer_dir=tiny.tokenizer_dir,
+            args=["--max-model-len", "1000000", *SERVER_ARGS], dummy_weights=True,
+            log_path=tmp_path / "real.log", startup_timeout_s=300):
+        pytest.fail("vLLM started with max-model-len 1000000")
+    assert headline in (tmp_path / "real.log").read_text()

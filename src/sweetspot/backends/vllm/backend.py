@@ -16,6 +16,7 @@ Failures are classified by vLLM's decisive log line (``logs.classify_failure``):
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 import sys
 import threading
@@ -126,6 +127,7 @@ class VllmBackend:
         self.dummy_weights = dummy_weights
         self._version = vllm_version
         self._installed: InstalledVllm | None = None
+        self._model_arch: list = []  # [arch or None] once read (_arch)
         # Servers a killed sweetspot left (its guard killed too): stopped before any is started.
         self.reaped = reap_orphans()
         for reaped in self.reaped:
@@ -153,12 +155,38 @@ class VllmBackend:
                     for flag in own]
         installed = self.installed
         if installed is not None:
-            return problems + installed.check_argv(args)
+            return problems + (installed.check_argv(args) or self._value_problems(args))
         from sweetspot.engine.lint import lint_command
 
         report = lint_command(shlex.join(["vllm", "serve", self.model_dir, *args]),
                               self.version)
         return problems + [f.message for f in report.errors]
+
+    def _value_problems(self, args: Sequence[str]) -> list[str]:
+        """Values vLLM's own configuration checks refuse at start-up (an out-of-domain knob, a
+        max-model-len beyond the model's), found without starting it, in vLLM's words: the
+        server would take seconds (a GPU's: minutes) to say the same."""
+        from sweetspot.engine.lint import lint_command
+
+        config = lint_command(shlex.join(["vllm", "serve", self.model_dir, *args]),
+                              self.version).config
+        if config is None:
+            return []
+        allow_long = "1" in (self.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN"),
+                             os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN"))
+        return [p.message for p in validate_config(config, self.version, None, self._arch())
+                if p.severity == "error" and not (allow_long and p.flag == "--max-model-len")]
+
+    def _arch(self):
+        """The model folder's architecture, where sweetspot can read it (else no model checks)."""
+        if not self._model_arch:
+            from sweetspot.spec.model import load_model
+
+            try:
+                self._model_arch.append(load_model(self.model_dir).arch)
+            except (SweetspotError, OSError, ValueError):
+                self._model_arch.append(None)
+        return self._model_arch[0]
 
     def run(self, config: ServingConfig, requests: Sequence[Request], load: LoadConfig,
             **kwargs) -> Trial:
