@@ -3,6 +3,7 @@
 import pytest
 
 from sweetspot.engine.flags import FlagStatus, flag_table
+from sweetspot.spec.version import NewerThanKnown
 from sweetspot.spec.version import parse_vllm_version as v
 
 
@@ -67,6 +68,9 @@ def test_unknown_and_suggestions(table):
     assert table.suggest("--zzz-qqq", v("0.33.0")) is None
 
 
-def test_releases_between_samples_use_the_sample_below(table):
+def test_releases_between_samples_use_the_sample_below(table, monkeypatch):
     assert table.sample_for(v("0.20.2")) == v("0.20.0")
-    assert table.sample_for(v("0.40.0")) == table.sampled[-1]
+    monkeypatch.setattr("sweetspot.spec.version._WARNED", set())  # once per process
+    with pytest.warns(NewerThanKnown, match="newer than the newest release"):
+        newer = v("0.40.0")  # beyond the flag table: a warning, and the newest sample
+    assert table.sample_for(newer) == table.sampled[-1]

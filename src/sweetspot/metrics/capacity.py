@@ -102,4 +102,11 @@ def _past_transient(times: np.ndarray, weights: np.ndarray, opens: float, closes
     means = per_bin.reshape(MSER_BATCHES, 5).mean(axis=1)
     scores = [float(np.var(means[d:])) / (MSER_BATCHES - d)
               for d in range(MSER_BATCHES // 2 + 1)]
-    return float(edges[5 * int(np.argmin(scores))])
+    cut = int(np.argmin(scores))
+    if cut == 0:
+        return opens
+    # At the last token before the cut, as the window's other ends are token times: a window
+    # from token to token holds whole gaps between tokens, so a steady server reads exactly.
+    ordered = np.sort(times)
+    before = int(np.searchsorted(ordered, edges[5 * cut], side="right")) - 1
+    return max(opens, float(ordered[before])) if before >= 0 else opens
