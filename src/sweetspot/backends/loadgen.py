@@ -306,10 +306,7 @@ def request_headers(api_key: str | None, items: Sequence[str] = ()
     return tuple(headers)
 
 
-def refused_for_auth(status: int) -> bool:
-    return status in (401, 403)
-
-
+AUTH_STATUSES = (401, 403)  # the server wants a (valid) API key
 AUTH_HINT = "the server wants an API key: pass --api-key (or set OPENAI_API_KEY or VLLM_API_KEY)"
 
 
@@ -325,7 +322,7 @@ async def check_server(base_url: str, timeout_s: float = 5.0,
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         async with aiohttp.ClientSession(timeout=timeout, headers=dict(headers)) as s, \
                 s.get(url) as response:
-            if refused_for_auth(response.status):
+            if response.status in AUTH_STATUSES:
                 raise SweetspotError(f"{url} answered HTTP {response.status}: {AUTH_HINT}")
             if response.status != 200:
                 raise SweetspotError(f"{url} answered HTTP {response.status}")

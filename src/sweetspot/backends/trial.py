@@ -36,12 +36,12 @@ def every_request_failed(run: EndpointRun | None) -> tuple[str, str] | None:
     """(status, cause) when every request of ``run`` failed — ``auth`` when the server refused
     them all (HTTP 401/403), else ``crash`` — never an "ok" run of zero latencies; None when
     some request got through (or there was none)."""
-    from sweetspot.backends.loadgen import AUTH_HINT
+    from sweetspot.backends.loadgen import AUTH_HINT, AUTH_STATUSES
 
     if run is None or not run.records or any(r.error is None for r in run.records):
         return None
     first = run.records[0].error
-    if all(r.error.startswith(("HTTP 401", "HTTP 403")) for r in run.records):
+    if all(r.error.startswith(tuple(f"HTTP {s}" for s in AUTH_STATUSES)) for r in run.records):
         return "auth", f"every request was refused ({first}); {AUTH_HINT}"
     return "crash", f"every request failed: {first}"
 

@@ -160,15 +160,16 @@ class Evaluator:
         first, in_flight = self.capacity_plan(config, seed)
         key = (seed, len(first), self.offered_rate)
         if key not in self._cache:
-            more = []
-            if self.offered_rate is not None:
-                traffic = traffic_workload(self.workload, self.offered_rate)
-                more.append((sample_requests(traffic, self.num_requests,
-                                             seed=seed + TRAFFIC_SEED_OFFSET,
-                                             vocab_size=self.vocab_size), self._load()))
-            self._cache[key] = (first, tuple(more))
+            more = () if self.offered_rate is None else (self._traffic(self.offered_rate, seed),)
+            self._cache[key] = (first, more)
         first, more = self._cache[key]
         return first, self._capacity_load(in_flight), more
+
+    def _traffic(self, rate: float, seed: int) -> tuple[list[Request], LoadConfig]:
+        """The traffic run of the draw ``seed``: the workload offered at ``rate``."""
+        return (sample_requests(traffic_workload(self.workload, rate), self.num_requests,
+                                seed=seed + TRAFFIC_SEED_OFFSET, vocab_size=self.vocab_size),
+                self._load())
 
     def evaluate(self, config: ServingConfig, *, repeat: int = 0) -> tuple[dict, Trial]:
         """Row (without number/phase) and the trial itself."""
@@ -196,10 +197,7 @@ class Evaluator:
             if rate is None:
                 return []
             self.rate = rate
-            requests = sample_requests(traffic_workload(self.workload, rate), self.num_requests,
-                                       seed=self.seed + TRAFFIC_SEED_OFFSET,
-                                       vocab_size=self.vocab_size)
-            return [(requests, self._load())]
+            return [self._traffic(rate, self.seed)]
 
         trial = self.backend.run(config, first, self._capacity_load(in_flight), more=traffic)
         if not trial.ok or trial.run is None or not measured:

@@ -16,6 +16,7 @@ Failures are classified by vLLM's decisive log line (``logs.classify_failure``):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shlex
 import sys
@@ -127,7 +128,6 @@ class VllmBackend:
         self.dummy_weights = dummy_weights
         self._version = vllm_version
         self._installed: InstalledVllm | None = None
-        self._model_arch: list = []  # [arch or None] once read (_arch)
         # Servers a killed sweetspot left (its guard killed too): stopped before any is started.
         self.reaped = reap_orphans()
         for reaped in self.reaped:
@@ -174,19 +174,18 @@ class VllmBackend:
             return []
         allow_long = "1" in (self.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN"),
                              os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN"))
-        return [p.message for p in validate_config(config, self.version, None, self._arch())
+        return [p.message for p in validate_config(config, self.version, None, self._arch)
                 if p.severity == "error" and not (allow_long and p.flag == "--max-model-len")]
 
+    @functools.cached_property
     def _arch(self):
         """The model folder's architecture, where sweetspot can read it (else no model checks)."""
-        if not self._model_arch:
-            from sweetspot.spec.model import load_model
+        from sweetspot.spec.model import load_model
 
-            try:
-                self._model_arch.append(load_model(self.model_dir).arch)
-            except (SweetspotError, OSError, ValueError):
-                self._model_arch.append(None)
-        return self._model_arch[0]
+        try:
+            return load_model(self.model_dir).arch
+        except (SweetspotError, OSError, ValueError):
+            return None
 
     def run(self, config: ServingConfig, requests: Sequence[Request], load: LoadConfig,
             **kwargs) -> Trial:
