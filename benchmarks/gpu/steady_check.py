@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import json
 import shlex
 import sys
@@ -42,6 +43,15 @@ from sweetspot.spec.version import parse_vllm_version
 from sweetspot.spec.workload import ArrivalSpec
 from sweetspot.tune.evaluate import Evaluator
 from sweetspot.tune.study import batch_estimator
+
+
+def _save_records(path: Path, run) -> None:
+    """The run's per-request records (times to 0.1 ms), so that another capacity estimator can
+    be tried on the same measurement offline."""
+    rows = [{**dataclasses.asdict(r),
+             "chunk_times_s": [round(t, 4) for t in r.chunk_times_s]} for r in run.records]
+    with gzip.open(path, "wt") as f:
+        json.dump({"duration_s": run.duration_s, "records": rows}, f)
 
 
 def main() -> int:
@@ -90,6 +100,9 @@ def main() -> int:
         entry = {"max_num_seqs": mns, "prefix_caching": config.enable_prefix_caching,
                  "status": trial.status, "cause": trial.cause}
         if trial.ok:
+            _save_records(args.out / "trials" / f"records-{mns}-capacity.json.gz", trial.run)
+            for i, run in enumerate(trial.more_runs):
+                _save_records(args.out / "trials" / f"records-{mns}-loop{i}.json.gz", run)
             steady = steady_state(trial.run.records, trial.run.duration_s)
             entry.update(capacity_requests=len(capacity_requests),
                          capacity_in_flight=capacity_in_flight,
