@@ -90,3 +90,34 @@ def test_an_initial_backlog_faster_than_the_steady_state_is_cut_off() -> None:
     assert steady.saturated
     assert steady.window_s[0] >= 0.8 * fast_until / 1.25
     assert steady.output_throughput == pytest.approx(800, rel=0.02)
+
+
+def test_a_closed_loop_ends_at_its_last_send() -> None:
+    """A closed loop keeping 128 requests in flight on a batch of 8: after its last send the
+    server serves what is left with no new requests arriving, and a server whose front end is
+    the limit then runs faster (here twice as fast). That tail is no steady state: the
+    capacity is the rate while requests kept arriving."""
+    rng = np.random.default_rng(3)
+    n, in_flight = 800, 128
+    outputs = rng.integers(20, 60, n)
+    records = _server(n, 8, outputs)  # 800 tok/s; FIFO, so request j starts after j - 8 end
+    ends = sorted(r.end_s for r in records)
+    # The loop sends request j when the (j - in_flight)-th request finishes.
+    sent = [0.0 if j < in_flight else ends[j - in_flight] for j in range(n)]
+    last_send = max(sent)
+
+    def warp(t: float) -> float:  # twice as fast once nothing more arrives
+        return t if t <= last_send else last_send + (t - last_send) / 2
+
+    looped = [RequestRecord(r.request_id, sent[r.request_id], sent[r.request_id],
+                            tuple(warp(t) for t in r.chunk_times_s), warp(r.end_s), 10,
+                            r.output_tokens) for r in records]
+    duration = max(r.end_s for r in looped)
+    steady = steady_state(looped, duration)
+    assert steady.saturated
+    assert steady.window_s[1] <= last_send
+    assert steady.output_throughput == pytest.approx(800, rel=0.02)
+    # The same records read as a burst (every request sent at 0) keep the tail in the window.
+    burst = [RequestRecord(r.request_id, 0.0, 0.0, r.chunk_times_s, r.end_s, 10,
+                           r.output_tokens) for r in looped]
+    assert steady_state(burst, duration).output_throughput > 1.05 * 800

@@ -13,7 +13,11 @@ saturated:
   prefills mix with decodes, as they do at any steady rate), the batch being the most requests
   seen running at once (first token received, last not yet);
 - it closes at the last first token: up to then some request was still waiting, so the batch
-  was full or the KV cache was; after it the queue is empty and the batch only drains.
+  was full or the KV cache was; after it the queue is empty and the batch only drains;
+- or, in a closed loop, at its last send if that comes first: the requests still in flight
+  then are served with no new ones arriving, and a server whose API front end is the limit
+  runs faster without that intake (on an H100, 2026-12-06, a 1,024-sequence loop's last 12 s
+  ran 9,500-11,700 tok/s against 6,200 before). A burst's sends all precede the window.
 
 - its opening then moves past any initial transient, by the Marginal Standard Error Rule
   (MSER-5, White 1997: the truncation that minimises the standard error of the rest's mean,
@@ -72,6 +76,9 @@ def steady_state(records: Sequence[RequestRecord], duration_s: float) -> SteadyS
     ends = np.sort(end)
     opens = float(ends[max(1, math.ceil(peak / 2)) - 1])
     closes = float(first.max())
+    last_send = max(r.sent_s for r in records)
+    if opens < last_send < closes:
+        closes = last_send
     completions = int(np.count_nonzero((end > opens) & (end <= closes)))
     saturated = bool(closes > opens and completions >= peak)
     if not saturated:
@@ -84,10 +91,20 @@ def steady_state(records: Sequence[RequestRecord], duration_s: float) -> SteadyS
     times = np.concatenate([np.asarray(r.chunk_times_s, dtype=float) for r in ok])
     weights = np.concatenate([np.full(len(r.chunk_times_s), n / len(r.chunk_times_s))
                               for r, n in zip(ok, outputs, strict=True)])
+    closes = _at_token(times, opens, closes)
     opens = _past_transient(times, weights, opens, closes)
     inside = (times > opens) & (times <= closes)
     rate = float(weights[inside].sum()) / (closes - opens)
     return SteadyState(rate, rate / mean_output, (opens, closes), True, peak, completions)
+
+
+def _at_token(times: np.ndarray, opens: float, closes: float) -> float:
+    """The last token's arrival at or before ``closes`` (after ``opens``), as the window's
+    other ends are token times: a window from token to token holds whole gaps between tokens,
+    so a steady server reads exactly."""
+    ordered = np.sort(times)
+    at = int(np.searchsorted(ordered, closes, side="right")) - 1
+    return float(ordered[at]) if at >= 0 and ordered[at] > opens else closes
 
 
 MSER_BATCHES = 20  # batch means the window's rate is read in (MSER-5: 5 bins each)
