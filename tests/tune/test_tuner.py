@@ -166,6 +166,11 @@ def test_overloaded_picks_say_the_most_any_trial_served() -> None:
     assert [(p.goal, p.row["number"]) for p in picks] == [("max-throughput", 0)]
     assert any("offered 10 req/s (the most: 7.60 req/s at steady state, trial 0)" in r
                for r in picks[0].reasons)
+    # Short of the rate by less than the resolution: not flagged, but no pick either.
+    rows[1] = row(1, 9.8, 2400.0, 900.0, False)
+    picks = choose_picks(rows, rows[0], 10.0)
+    assert [(p.goal, p.row["number"]) for p in picks] == [("max-throughput", 1)]
+    assert any("the most: 9.80 req/s" in r for r in picks[0].reasons)
     rows[2] = row(2, 11.0, 2500.0, 900.0, False)  # one keeps up: it is every pick
     picks = choose_picks(rows, rows[0], 10.0)
     assert {p.row["number"] for p in picks} == {2}

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = ["DEFAULT_LATENCY_KEYS", "GOALS", "RESOLUTION", "Pick", "candidates", "changed_knobs",
-           "choose_picks", "latency_keys", "pareto_front", "reasons_for"]
+           "choose_picks", "keeps_up", "latency_keys", "pareto_front", "reasons_for"]
 
 GOALS = ("max-throughput", "low-latency", "memory-limited", "balanced")
 THROUGHPUT = "output_throughput"
@@ -60,9 +60,17 @@ def latency_keys(slos: Mapping[str, float] | None) -> tuple[str, ...]:
     return named or DEFAULT_LATENCY_KEYS
 
 
+def keeps_up(row: dict) -> bool:
+    """Its capacity reaches the traffic's offered rate (any, where the traffic has none). A
+    row can fall short without being flagged ``over_capacity`` (short by less than the
+    resolution: its latencies are measurements, but a pick must promise to keep up)."""
+    rate = row.get("offered_rate")
+    return rate is None or row["metrics"].get("request_throughput", 0.0) >= rate
+
+
 def candidates(rows: Sequence[dict]) -> list[dict]:
     return [r for r in rows if r["status"] == "ok" and r["slo_ok"] and r["metrics"]
-            and not r.get("over_capacity")]
+            and not r.get("over_capacity") and keeps_up(r)]
 
 
 def changed_knobs(row: dict, baseline_config: Mapping | None) -> list[str]:
@@ -143,7 +151,7 @@ def choose_picks(rows: Sequence[dict], baseline: dict | None, offered_rate: floa
     pool = candidates(rows)
     if not pool:
         ran = [r for r in rows if r["status"] == "ok" and r["metrics"]]
-        if not ran or offered_rate is None or not all(r.get("over_capacity") for r in ran):
+        if not ran or offered_rate is None or any(keeps_up(r) for r in ran):
             return []
         row = max(ran, key=_tp)
         reasons = reasons_for("max-throughput", row, baseline, rows, resolution=resolution)
@@ -193,8 +201,8 @@ def _overload_note(pool: Sequence[dict], offered_rate: float | None) -> str:
     best = max(pool, key=lambda r: r["metrics"].get("request_throughput", 0))
     capacity = best["metrics"].get("request_throughput", 0)
     return (f"no configuration's capacity reaches the offered {offered_rate:g} req/s (the "
-            f"most: {capacity:.2f} req/s at steady state, trial {best.get('number')}), so no "
-            "latency is comparable; offer less traffic per replica (--rate), or more GPUs "
+            f"most: {capacity:.2f} req/s at steady state, trial {best.get('number')}), so none is "
+            "sure to keep up; offer less traffic per replica (--rate), or more GPUs "
             "(replicas, tensor parallelism)")
 
 
