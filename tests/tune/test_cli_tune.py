@@ -205,21 +205,51 @@ def test_missing_study(tmp_path: Path) -> None:
     assert reported.returncode == 2 and "no study named 'nope'" in reported.stderr
 
 
-def test_the_default_demo_gives_four_honest_picks(tmp_path: Path) -> None:
+GOLDEN_PICKS = Path(__file__).parent / "golden" / "default_tune_picks.json"
+
+
+@pytest.fixture(scope="module")
+def default_demo(tmp_path_factory: pytest.TempPathFactory):
+    """`sweetspot tune` with every default (the README's main job), run once for the module:
+    (the CLI's result, the stored study's data)."""
+    from sweetspot.tune.store import StudyStore
+    from sweetspot.tune.study import study_data
+
+    folder = tmp_path_factory.mktemp("demo")
+    url = f"sqlite:///{folder / 's.db'}"
+    result = run_cli("tune", "--storage", url, "--study-name", "demo", "--report-dir",
+                     str(folder / "r"))
+    assert result.returncode == 0, result.stderr
+    return result, study_data(StudyStore.load(url, "demo"), url)
+
+
+def test_the_default_demo_prints_the_golden_picks(default_demo) -> None:
+    """The same four picks for the same seed as when the golden file was written (before
+    issue 19's refactor of the seams): each goal's trial and its `vllm serve` command, as
+    printed. A change of behaviour that moves them rewrites the file on purpose:
+    SWEETSPOT_WRITE_GOLDEN=1 pytest -k golden, and the commit says why."""
+    import os
+
+    result, data = default_demo
+    printed = re.findall(r"^(max-throughput|low-latency|memory-limited|balanced) "
+                         r"\(trial (\d+)\)\n(vllm serve .*)$", result.stdout, flags=re.M)
+    picks = [{"goal": goal, "trial": int(trial), "command": command}
+             for goal, trial, command in printed]
+    assert [p["command"] for p in picks] == [p["command"] for p in data["picks"]]
+    if os.environ.get("SWEETSPOT_WRITE_GOLDEN"):
+        GOLDEN_PICKS.parent.mkdir(exist_ok=True)
+        GOLDEN_PICKS.write_text(json.dumps(picks, indent=2) + "\n")
+    assert picks == json.loads(GOLDEN_PICKS.read_text())
+
+
+def test_the_default_demo_gives_four_honest_picks(default_demo) -> None:
     """The README's main job: from the field guide's template at 65 % of its capacity, four
     picks of which at least two differ, none with latencies measured above its own capacity,
     each departing from the baseline only where its own figure gains beyond the resolution,
     the low-latency one with a lower P99 TTFT than the baseline; no burst warning (the
     simulator has no client to starve)."""
-    from sweetspot.tune.store import StudyStore
-    from sweetspot.tune.study import study_data
-
-    url = f"sqlite:///{tmp_path / 's.db'}"
-    result = run_cli("tune", "--storage", url, "--study-name", "demo", "--report-dir",
-                     str(tmp_path / "r"))
-    assert result.returncode == 0, result.stderr
+    result, data = default_demo
     assert "arrived in bursts" not in result.stderr
-    data = study_data(StudyStore.load(url, "demo"), url)
     rows = {r["number"]: r for r in data["trials"]}
     base = rows[data["baseline"]]
     picks = {p["goal"]: rows[p["trial"]] for p in data["picks"]}
