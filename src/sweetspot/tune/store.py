@@ -3,10 +3,14 @@
 One Optuna study per sweetspot study. Each evaluated configuration is an Optuna trial whose
 params are the space's value labels (categorical) and whose user attribute ``row`` is the
 evaluation row (``evaluate.Evaluator.row``, plus number, phase and knob); the study's user
-attributes hold what the study was started with (model, GPU, workload, space, ...). A trial is
-asked *before* its configuration runs, so a study killed mid-trial leaves that one trial RUNNING;
-``open`` marks it failed and the strategy simply runs it again: at most the trial in flight is
-lost.
+attributes hold what the study was started with (model, GPU, workload, space, ...).
+
+Several processes may serve one study at once (a second `tune` with the same settings joins it).
+A trial is asked *before* its configuration runs and beats Optuna's RDB heartbeat while it runs
+(``running``): one whose process dies stops beating and is failed by the next process that opens
+the study or asks a trial once ``GRACE_S`` has passed (Optuna's ``fail_stale_trials``), while
+another process's live trial is left alone. An interrupted trial is failed on the way out. At
+most the trial in flight is lost; the strategy simply runs it again.
 
 Storage: a SQLite file under ``.sweetspot/`` by default, or any SQLAlchemy URL (PostgreSQL for a
 study shared by several machines).
@@ -14,8 +18,13 @@ study shared by several machines).
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Mapping
+import threading
+import time
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,10 +37,27 @@ from sweetspot._errors import SweetspotError
 from sweetspot._secrets import MASK, redact_url
 from sweetspot.tune.space import SearchSpace
 
-__all__ = ["DEFAULT_STORAGE", "StudyStore", "default_storage_url"]
+__all__ = ["DEFAULT_STORAGE", "StudyExists", "StudyStore", "default_storage_url"]
+
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Optuna marks the RDB heartbeat, PartialFixedSampler and fail_stale_trials experimental,
+    and warns at every ask that the heartbeat is meant for Study.optimize: used here on
+    purpose, with ask and tell (``running``)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+        yield
+
 
 DEFAULT_STORAGE = Path(".sweetspot") / "studies.db"
 ROW_ATTR = "row"
+HEARTBEAT_ATTR = "heartbeats"  # the study's trials beat while they run (``running``)
+HEARTBEAT_S = 10  # a running trial's heartbeat
+GRACE_S = 60  # a RUNNING trial whose heartbeat is older than this lost its process
+SQLITE_BUSY_S = 60  # a writer waits this long for another process's write to the file
 
 
 def default_storage_url(path: Path = DEFAULT_STORAGE) -> str:
@@ -48,24 +74,43 @@ def _storage(url: str) -> optuna.storages.BaseStorage:
         except OSError as exc:
             raise SweetspotError(f"cannot create {path.parent} for the study storage: {exc}"
                                  ) from None
-    try:
-        return optuna.storages.RDBStorage(url)
-    except Exception as exc:  # SQLAlchemy's many errors: bad URL, driver, unreachable server
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        password = _password(url)
-        if password:  # SQLAlchemy's message may repeat the URL
-            first = first.replace(password, MASK)
-        raise SweetspotError(f"cannot open the study storage {redact_url(url)}: {first}"
-                             ) from None
+    engine = {"connect_args": {"timeout": SQLITE_BUSY_S}} if url.startswith("sqlite") else None
+    for attempt in range(3):
+        try:
+            with _quiet():
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine,
+                                                  heartbeat_interval=HEARTBEAT_S,
+                                                  grace_period=GRACE_S)
+        except Exception as exc:  # SQLAlchemy's: bad URL, driver, unreachable server, ...
+            # ... or another process creating the same new file's tables at this moment
+            if "already exists" not in str(exc) or attempt == 2:
+                raise _storage_error(url, exc) from None
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
+def _storage_error(url: str, exc: Exception) -> SweetspotError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    password = _password(url)
+    if password:  # SQLAlchemy's message may repeat the URL
+        first = first.replace(password, MASK)
+    return SweetspotError(f"cannot open the study storage {redact_url(url)}: {first}")
+
+
+class StudyExists(SweetspotError):
+    """A new study's name is taken in the storage."""
 
 
 class StudyStore:
     """One study in one storage."""
 
-    def __init__(self, study: optuna.Study, space: SearchSpace, directions: tuple[str, ...]):
+    def __init__(self, study: optuna.Study, space: SearchSpace, directions: tuple[str, ...],
+                 storage: optuna.storages.BaseStorage | None = None):
         self.study = study
         self.space = space
         self.directions = directions
+        self.storage = storage
+        self._mine: set[int] = set()  # numbers of the trials this process is running
 
     @classmethod
     def open(cls, url: str, name: str, space: SearchSpace, *, resume: bool,
@@ -80,17 +125,43 @@ class StudyStore:
         if resume and name not in names:
             raise SweetspotError(f"no study named {name!r} in {url}"
                                  + (f" (it has: {', '.join(sorted(names))})" if names else ""))
+        exists = StudyExists(f"study {name!r} already exists in {redact_url(url)}: add --resume "
+                             "to continue it, or give another --study-name")
         if not resume and name in names:
-            raise SweetspotError(f"study {name!r} already exists in {url}: add --resume to "
-                                 "continue it, or give another --study-name")
-        study = optuna.create_study(study_name=name, storage=storage, load_if_exists=resume,
-                                    directions=list(directions), sampler=sampler)
+            raise exists
+        try:
+            study = optuna.create_study(study_name=name, storage=storage, load_if_exists=resume,
+                                        directions=list(directions), sampler=sampler)
+        except optuna.exceptions.DuplicatedStudyError:  # another process created it first
+            raise exists from None
         if not resume:
-            for key, value in (meta or {}).items():
+            for key, value in {**(meta or {}), HEARTBEAT_ATTR: True}.items():
                 study.set_user_attr(key, value)
-        store = cls(study, space, directions)
-        store._fail_interrupted()
+        elif not study.user_attrs.get(HEARTBEAT_ATTR):
+            # Started by a sweetspot without heartbeats: no process can still be running its
+            # RUNNING trials, which would never go stale.
+            for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                study.tell(trial.number, state=TrialState.FAIL)
+            study.set_user_attr(HEARTBEAT_ATTR, True)
+        store = cls(study, space, directions, storage)
+        store.fail_stale()
         return store
+
+    @classmethod
+    def stored_settings(cls, url: str, name: str, wait_s: float = 10.0) -> dict | None:
+        """The settings a study was started with; None when there is no such study. A study
+        another process has just created gets its settings a moment later: waited for."""
+        optuna.logging.set_verbosity(logging.WARNING)
+        storage = _storage(url)
+        if name not in set(optuna.get_all_study_names(storage)):
+            return None
+        deadline = time.monotonic() + wait_s
+        while True:
+            settings = optuna.load_study(study_name=name, storage=storage
+                                         ).user_attrs.get("settings")
+            if settings is not None or time.monotonic() > deadline:
+                return settings
+            time.sleep(0.2)
 
     @classmethod
     def load(cls, url: str, name: str) -> optuna.Study:
@@ -101,29 +172,89 @@ class StudyStore:
             raise SweetspotError(f"no study named {name!r} in {url}")
         return optuna.load_study(study_name=name, storage=storage)
 
-    def _fail_interrupted(self) -> None:
-        storage = self.study._storage
-        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    def fail_stale(self) -> None:
+        """Fail the RUNNING trials whose process stopped beating (died) ``GRACE_S`` ago."""
+        if isinstance(self.storage, optuna.storages.RDBStorage):
+            with _quiet():
+                optuna.storages.fail_stale_trials(self.study)
+
+    @contextmanager
+    def running(self, trial: optuna.trial.Trial) -> Iterator[None]:
+        """While ``trial``'s configuration runs: its heartbeat, beaten every ``HEARTBEAT_S``
+        from a thread; if the run is interrupted or fails, the trial is failed on the way out
+        (``tell`` finishes it otherwise)."""
+        storage, stop = self.storage, threading.Event()
+        beating = isinstance(storage, optuna.storages.RDBStorage)
+        trial_id = trial._trial_id  # Optuna's own heartbeat thread names the trial by its id
+
+        def beat() -> None:
+            while not stop.wait(HEARTBEAT_S):
+                storage.record_heartbeat(trial_id)
+
+        thread = threading.Thread(target=beat, name=f"heartbeat-{trial.number}", daemon=True)
+        if beating:
+            storage.record_heartbeat(trial_id)
+            thread.start()
+        self._mine.add(trial.number)
+        try:
+            yield
+        except BaseException:
+            stop.set()
+            # Already finished, or the storage is gone: then the grace period ends it.
+            with suppress(Exception):
+                self.study.tell(trial, state=TrialState.FAIL)
+            raise
+        finally:
+            stop.set()
+            if beating:
+                thread.join()
+            self._mine.discard(trial.number)
+
+    def running_elsewhere(self, labels: Mapping[str, str], besides: int | None = None) -> bool:
+        """Another process is running a trial at ``labels`` now (trial ``besides``, just
+        asked here, left out)."""
+        self.fail_stale()
+        want, mine = dict(labels), self._mine | {besides}
+        return any(t.number not in mine and t.params == want
+                   for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
     @property
     def distributions(self) -> dict[str, CategoricalDistribution]:
         return {d.knob: CategoricalDistribution(d.labels) for d in self.space.dimensions}
 
     def rows(self) -> list[dict]:
-        """Rows of the finished trials, in trial order (duplicates left out)."""
-        out = []
+        """Rows of the finished trials, in trial order, one per configuration: duplicates
+        left out (the sampler's repeats, and the later of two processes that ran one
+        configuration at once)."""
+        out, seen = [], set()
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             row = trial.user_attrs.get(ROW_ATTR)
-            if row is not None and row.get("duplicate_of") is None:
+            if row is None or row.get("duplicate_of") is not None:
+                continue
+            key = json.dumps(row["config"], sort_keys=True)
+            if key not in seen:
+                seen.add(key)
                 out.append(row)
         return out
 
     def ask(self, labels: Mapping[str, str] | None = None) -> optuna.trial.Trial:
-        """A new trial: at ``labels`` (fixed), or where the sampler points."""
-        if labels is not None:
-            self.study.enqueue_trial(dict(labels), skip_if_exists=False)
-        return self.study.ask(self.distributions)
+        """A new trial: at ``labels`` (fixed), or where the sampler points. Fixed by this
+        process's own sampler, not Optuna's queue of enqueued trials, which every process
+        serving the study pops from."""
+        sampler = self.study.sampler
+        try:
+            with _quiet():
+                if labels is not None:
+                    self.study.sampler = optuna.samplers.PartialFixedSampler(dict(labels),
+                                                                             sampler)
+                trial = self.study.ask(self.distributions)
+        finally:
+            self.study.sampler = sampler
+        if isinstance(self.storage, optuna.storages.RDBStorage):
+            # Beating from its first moment, it goes stale if this process dies before
+            # ``running`` takes over.
+            self.storage.record_heartbeat(trial._trial_id)
+        return trial
 
     def tell(self, trial: optuna.trial.Trial, row: dict, values: tuple[float, ...],
              constraints: Mapping[str, float]) -> None:

@@ -10,6 +10,7 @@ study back as the plain dict the report and the CLI print from.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ from sweetspot.tune.picks import (
 )
 from sweetspot.tune.rate import RateSearch, search_rate
 from sweetspot.tune.space import SearchSpace, _values, config_key, default_space, value_label
-from sweetspot.tune.store import StudyStore
+from sweetspot.tune.store import StudyExists, StudyStore
 from sweetspot.tune.tuner import STRATEGIES, Budget, Tuner, config_from_json, make_sampler
 
 __all__ = ["StudySettings", "run_study", "study_data"]
@@ -110,7 +111,11 @@ class StudySettings:
     @classmethod
     def from_dict(cls, data: dict) -> StudySettings:
         known = {f.name for f in dataclasses.fields(cls)} - {"headers"}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        if unknown := sorted(set(data) - known):
+            raise SweetspotError(f"the stored study settings hold {', '.join(map(repr, unknown))}"
+                                 ", which this sweetspot does not know (written by another "
+                                 "version?)")
+        return cls(**data)
 
 
 def fixed_values(labels: Mapping[str, str]) -> dict[str, Any]:
@@ -253,10 +258,19 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
                           rate=settings.rate if isinstance(settings.rate, float | int) else None,
                           batch_estimate=batch_estimator(setup, workload.prefix.length))
     directions = ("maximize", "minimize") if settings.objective == "pareto" else ("maximize",)
-    store = StudyStore.open(storage_url, settings.name, space, resume=resume,
-                            directions=directions,
-                            sampler=make_sampler(settings.objective, settings.seed),
-                            meta={"settings": settings.to_dict()})
+    joins = not resume and _joins(storage_url, settings)
+    try:
+        store = StudyStore.open(storage_url, settings.name, space, resume=resume or joins,
+                                directions=directions,
+                                sampler=make_sampler(settings.objective, settings.seed),
+                                meta={"settings": settings.to_dict()})
+    except StudyExists:  # another process created it a moment ago
+        if resume or not _joins(storage_url, settings):
+            raise
+        joins = True
+        store = StudyStore.open(storage_url, settings.name, space, resume=True,
+                                directions=directions,
+                                sampler=make_sampler(settings.objective, settings.seed))
     if settings.rate == "auto" and settings.strategy != "rate":
         _auto_rate(store, evaluator, baseline, on_phase)
     kind = "sim" if settings.backend == "sim" else "measured"
@@ -266,7 +280,8 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
     tuner = Tuner(store, evaluator, space, baseline,
                   budget=dataclasses.replace(budget, trials=settings.trials - reserve)
                   if settings.trials and settings.strategy != "rate" else budget,
-                  objective=settings.objective, seed=settings.seed, on_trial=on_trial)
+                  objective=settings.objective, seed=settings.seed, on_trial=on_trial,
+                  count_stored=not joins)
     tuner.run(settings.strategy)
     tuner.budget = budget
     base_row = tuner.baseline_row()
@@ -334,6 +349,27 @@ def batch_estimator(setup, shared_prefix_tokens: int = 0):
         return max(1, seqs)
 
     return estimate
+
+
+BUDGET_KEYS = ("trials", "seconds")  # each process serving a study runs its own
+
+
+def _joins(storage_url: str, settings: StudySettings) -> bool:
+    """A new study's name is taken: this process serves that study beside the others when it
+    was started with the same settings (budget aside); otherwise it is refused."""
+    stored = StudyStore.stored_settings(storage_url, settings.name)
+    if stored is None:
+        return False
+    given = json.loads(json.dumps(settings.to_dict()))  # as stored: tuples are lists
+    differs = [k for k in sorted(set(stored) | set(given))
+               if k not in BUDGET_KEYS and stored.get(k) != given.get(k)]
+    if differs:
+        key = differs[0]
+        raise StudyExists(f"study {settings.name!r} already exists in {redact_url(storage_url)} "
+                          f"with other settings ({key}: {stored.get(key)!r}, here "
+                          f"{given.get(key)!r}): add --resume to continue it as it was "
+                          "started, or give another --study-name")
+    return True
 
 
 def _auto_rate(store: StudyStore, evaluator: Evaluator, baseline: ServingConfig,

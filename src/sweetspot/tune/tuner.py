@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import optuna
+from optuna.trial import TrialState
 
 from sweetspot.spec.knobs import ServingConfig, SpeculativeConfig
 from sweetspot.tune.evaluate import Evaluator
@@ -36,6 +37,7 @@ __all__ = ["STRATEGIES", "Budget", "Tuner", "config_from_json", "make_sampler"]
 STRATEGIES = ("auto", "ofat", "grid", "optuna", "rate")
 # The sampler may keep proposing stored configurations once the space is nearly exhausted.
 MAX_DUPLICATES_IN_A_ROW = 200
+WAIT_FOR_OTHERS_S = 0.5  # polling another process's trial of the configuration wanted
 WORST_LATENCY_MS = 1e9
 
 
@@ -62,7 +64,8 @@ def make_sampler(objective: str, seed: int) -> optuna.samplers.BaseSampler:
 class Tuner:
     def __init__(self, store: StudyStore, evaluator: Evaluator, space: SearchSpace,
                  baseline: ServingConfig, *, budget: Budget, objective: str = "throughput",
-                 seed: int = 0, on_trial: Callable[[dict, dict | None], None] | None = None):
+                 seed: int = 0, on_trial: Callable[[dict, dict | None], None] | None = None,
+                 count_stored: bool = True):
         self.store = store
         self.evaluator = evaluator
         self.space = space
@@ -72,8 +75,11 @@ class Tuner:
         self.seed = seed
         self.on_trial = on_trial
         self.rows: dict[str, dict] = {}
-        for row in store.rows():  # a resumed study: what is done stays done
-            self.rows[config_key(config_from_json(row["config"]))] = row
+        self._refresh()  # a resumed study: what is done stays done
+        # The budget counts the configurations this process runs, and those stored when it
+        # opened a study it continues (--resume); a process that joins a running study
+        # (count_stored=False) runs its own budget beside the others.
+        self.counted = len(self.rows) if count_stored else 0
         self.ran = 0
         self.started_s = time.monotonic()
 
@@ -81,7 +87,7 @@ class Tuner:
 
     def exhausted(self) -> bool:
         b = self.budget
-        return ((b.trials is not None and len(self.rows) >= b.trials)
+        return ((b.trials is not None and self.counted + self.ran >= b.trials)
                 or (b.seconds is not None and time.monotonic() - self.started_s >= b.seconds))
 
     def best(self) -> dict | None:
@@ -109,9 +115,15 @@ class Tuner:
             return (throughput, latency), constraints
         return (throughput,), constraints
 
+    def _refresh(self) -> None:
+        """Take in the rows other processes serving the study have finished."""
+        for row in self.store.rows():
+            self.rows.setdefault(config_key(config_from_json(row["config"])), row)
+
     def _run(self, trial: optuna.trial.Trial, config: ServingConfig, phase: str,
              knob: str | None) -> dict:
-        row, _ = self.evaluator.evaluate(config)
+        with self.store.running(trial):
+            row, _ = self.evaluator.evaluate(config)
         row.update(number=trial.number, phase=phase, knob=knob)
         values, constraints = self._values(row)
         self.store.tell(trial, row, values, constraints)
@@ -122,12 +134,16 @@ class Tuner:
         return row
 
     def evaluate(self, config: ServingConfig, phase: str, knob: str | None = None) -> dict:
-        """The row of ``config``: stored, or run now."""
-        key = config_key(config)
+        """The row of ``config``: stored (by this process or another), or run now; where
+        another process is running it, its row once it has finished."""
+        key, labels = config_key(config), self.space.labels_of(config)
+        self._refresh()
+        while key not in self.rows and self.store.running_elsewhere(labels):
+            time.sleep(WAIT_FOR_OTHERS_S)
+            self._refresh()
         if key in self.rows:
             return self.rows[key]
-        trial = self.store.ask(self.space.labels_of(config))
-        return self._run(trial, config, phase, knob)
+        return self._run(self.store.ask(labels), config, phase, knob)
 
     # -- strategies
 
@@ -178,6 +194,12 @@ class Tuner:
             trial = self.store.ask()
             config = self.space.apply(self.baseline, trial.params)
             key = config_key(config)
+            self._refresh()
+            if key not in self.rows and self.store.running_elsewhere(trial.params,
+                                                                      trial.number):
+                self.store.study.tell(trial, state=TrialState.FAIL)  # another process's
+                duplicates += 1
+                continue
             if key in self.rows:  # teach the sampler again, run nothing
                 known = self.rows[key]
                 values, constraints = self._values(known)
