@@ -1,6 +1,8 @@
 """The command line as a user meets it: exit codes, one-line errors, no tracebacks."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -271,3 +273,26 @@ def test_a_release_newer_than_known_is_one_warning_line_and_runs():
     assert len(lines) == 1 and lines[0].startswith("warning: vLLM 99.0.0 is newer")
     assert "0.33.0" in lines[0]
     assert not run_cli("advise", "--vllm-version", "0.33.0").stderr.strip()
+
+
+HEAVY = ("optuna", "matplotlib", "scipy", "sqlalchemy", "aiohttp", "numpy", "tokenizers",
+         "sweetspot.testing", "sweetspot.tune", "sweetspot.backends")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["lint", "vllm serve m --max-num-seqs 64"]])
+def test_help_and_lint_import_only_what_they_use(argv):
+    """`sweetspot --help` and `sweetspot lint` start without the study, simulator, client or
+    plotting stacks (issue 19: they start in 0.3 s; benchmarks/startup.py measures it)."""
+    probe = (
+        "import sys\n"
+        f"sys.argv = ['sweetspot', *{argv!r}]\n"
+        "import sweetspot.cli\n"
+        "try:\n"
+        "    sweetspot.cli.main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print('LOADED', sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60)
+    assert "LOADED []" in done.stderr, done.stderr

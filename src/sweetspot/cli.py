@@ -11,7 +11,6 @@ a missing dependency (named, with its pip install); 70 a bug; 130 / 143 interrup
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import math
@@ -31,11 +30,10 @@ from sweetspot._errors import SweetspotError
 from sweetspot._files import write_text
 from sweetspot.spec.hardware import GiB, gpu_names, load_hardware
 from sweetspot.spec.knobs import resolve_defaults
-from sweetspot.spec.loaders import load_workload
 from sweetspot.spec.model import model_names
+from sweetspot.spec.presets import PRESETS
 from sweetspot.spec.quant import load_quantization
 from sweetspot.spec.version import DEFAULT_VLLM_VERSION, parse_vllm_version
-from sweetspot.spec.workload import PRESETS, ArrivalSpec, workload_stats, workload_to_dict
 
 app = typer.Typer(
     name="sweetspot",
@@ -121,6 +119,8 @@ def advise(
     Exit 0: picks printed; 1: the model does not fit (the finding names the tensor-parallel
     size that fits); 2: unusable input.
     """
+    from sweetspot.spec.loaders import load_workload
+    from sweetspot.spec.workload import ArrivalSpec
     from sweetspot.tune.advise import advise as make_advice
 
     version = parse_vllm_version(vllm_version)
@@ -334,6 +334,8 @@ def bench(
 ) -> int:
     """Measure a running server with a workload, the way `vllm bench serve` measures; or,
     with --launch, start vLLM for the run (one trial) and report what the server said too."""
+    import asyncio
+
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from sweetspot.backends.endpoint import run_endpoint
@@ -341,7 +343,9 @@ def bench(
     from sweetspot.backends.trial import every_request_failed
     from sweetspot.metrics.run import measure
     from sweetspot.metrics.slo import check_slos, parse_slos
+    from sweetspot.spec.loaders import load_workload
     from sweetspot.spec.requests import sample_requests
+    from sweetspot.spec.workload import workload_to_dict
 
     if endpoint not in ("completions", "chat"):
         raise SweetspotError(f"--endpoint must be completions or chat, not {endpoint!r}")
@@ -564,6 +568,8 @@ def _print_trial(trial) -> None:
 
 
 def _override_arrivals(wl, rate: str | None, concurrency: int | None, burstiness: float):
+    from sweetspot.spec.workload import ArrivalSpec
+
     if rate is None and concurrency is None:
         return wl
     if rate is None or rate.strip().lower() == "inf":
@@ -678,6 +684,7 @@ def simulate(
     from sweetspot.backends.sim.calibration import load_calibration
     from sweetspot.metrics.run import Measurement
     from sweetspot.metrics.serve import compute_result
+    from sweetspot.spec.loaders import load_workload
     from sweetspot.spec.requests import sample_requests
 
     setup = _sim_setup(model, gpu, quant, settings, vllm_version, cpu_kvcache_space, acceptance)
@@ -881,6 +888,7 @@ def _profile_with_progress(url, num_requests, vocab_size, workload, realtime, ro
     """``profile_server`` with a progress bar on stderr: which run of how many."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+    from sweetspot.spec.loaders import load_workload
     from sweetspot.tune.calibrate import profile_server
 
     with Progress("[progress.description]{task.description}", BarColumn(),
@@ -1119,6 +1127,8 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
     import time as _time
 
     from sweetspot.engine.lint import lint_command
+    from sweetspot.spec.loaders import load_workload
+    from sweetspot.spec.workload import workload_to_dict
     from sweetspot.tune.evaluate import config_to_json, parse_slos
     from sweetspot.tune.space import value_label
     from sweetspot.tune.study import StudySettings
@@ -1526,6 +1536,9 @@ def workload_stats_command(
                                                           "statistics.")] = 10_000,
 ) -> int:
     """P50/P90/P99 of prompt and output lengths, shared-prefix share and arrival rate."""
+    from sweetspot.spec.loaders import load_workload
+    from sweetspot.spec.workload import workload_stats
+
     wl = load_workload(workload)
     stats = workload_stats(wl, num_requests)
     table = Table(title=f"workload {wl.name!r}: {stats.num_requests:,} requests drawn")

@@ -18,6 +18,8 @@ from pydantic import Field, TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass
 
 from sweetspot._errors import SweetspotError
+from sweetspot.spec.presets import PRESET_DATA as _PRESET_DATA
+from sweetspot.spec.presets import PRESETS
 
 __all__ = [
     "PRESETS",
@@ -170,51 +172,6 @@ class WorkloadSpec:
 _ADAPTER = TypeAdapter(WorkloadSpec)
 
 
-def _lognormal(median: float, sigma: float, low: int, high: int) -> dict:
-    return {"kind": "lognormal", "median": median, "sigma": sigma, "min": low, "max": high}
-
-
-_PRESET_DATA = {
-    "chat": {
-        "description": "chat assistant: one fixed 512-token system prompt, short turns",
-        "prompt": _lognormal(150, 0.8, 8, 4096),
-        "output": _lognormal(200, 0.7, 16, 2048),
-        "prefix": {"length": 512, "num_prefixes": 1, "share": 1.0},
-        "arrival": {"process": "poisson", "rate": 10},
-    },
-    "short": {
-        "description": "many short requests: prompts under 512 tokens",
-        "prompt": {"kind": "uniform", "low": 32, "high": 480},
-        "output": {"kind": "uniform", "low": 32, "high": 256},
-        "arrival": {"process": "poisson", "rate": 20},
-    },
-    "long": {
-        "description": "few long requests: prompts over 2K tokens",
-        "prompt": _lognormal(4000, 0.4, 2048, 16000),
-        "output": _lognormal(300, 0.6, 16, 1500),
-        "arrival": {"process": "poisson", "rate": 2},
-    },
-    "rag": {
-        "description": "retrieval-augmented: long retrieved context, short answers",
-        "prompt": _lognormal(3000, 0.35, 1024, 8000),
-        "output": _lognormal(150, 0.5, 16, 512),
-        "prefix": {"length": 256, "num_prefixes": 1, "share": 1.0},
-        "arrival": {"process": "poisson", "rate": 4},
-    },
-    "mixed-priority": {
-        "description": "chat traffic with an interactive class ahead of a batch class",
-        "prompt": _lognormal(200, 0.9, 8, 4096),
-        "output": _lognormal(200, 0.7, 16, 2048),
-        "prefix": {"length": 256, "num_prefixes": 4, "share": 0.8},
-        "arrival": {"process": "poisson", "rate": 10},
-        "priorities": [
-            {"name": "interactive", "priority": 0, "share": 0.3},
-            {"name": "batch", "priority": 10, "share": 0.7},
-        ],
-    },
-}
-
-
 def validate_workload(data: dict, origin: str) -> WorkloadSpec:
     """A WorkloadSpec from plain data (a parsed file), or a one-line error naming the field."""
     try:
@@ -230,9 +187,6 @@ def validate_workload(data: dict, origin: str) -> WorkloadSpec:
         raise SweetspotError(f"malformed workload {origin}: priority shares must add up to 1")
     spec.sample_lengths(1)  # raises on inconsistent distributions (high < low)
     return spec
-
-
-PRESETS = tuple(_PRESET_DATA)
 
 
 def workload_to_dict(spec: WorkloadSpec) -> dict:
