@@ -66,31 +66,29 @@ class Confirmation:
 
 def paired_ratio_interval(a: Sequence[float], b: Sequence[float], level: float = LEVEL
                           ) -> tuple[float, float, float]:
-    """(mean ratio - 1, low, high) of a over b from paired samples, by a t interval of the
-    per-pair log-ratios; pairs with a non-positive side are left out."""
+    """(mean ratio - 1, low, high) of a over b from paired samples: scipy's one-sample t
+    interval of the per-pair log-ratios; pairs with a non-positive side are left out."""
     logs = np.array([math.log(x / y) for x, y in zip(a, b, strict=True) if x > 0 and y > 0])
     if len(logs) == 0:
         return 0.0, -math.inf, math.inf
     mean = float(logs.mean())
     if len(logs) < 2:
         return math.expm1(mean), -math.inf, math.inf
-    se = float(logs.std(ddof=1)) / math.sqrt(len(logs))
-    half = float(stats.t.ppf(0.5 + level / 2, len(logs) - 1)) * se
-    return math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half)
+    if np.ptp(logs) == 0:  # every pair the same ratio: no spread to be unsure of
+        return math.expm1(mean), math.expm1(mean), math.expm1(mean)
+    ci = stats.ttest_1samp(logs, 0.0).confidence_interval(confidence_level=level)
+    return math.expm1(mean), math.expm1(float(ci.low)), math.expm1(float(ci.high))
 
 
 def welch_interval(a: Sequence[float], b: Sequence[float], level: float = LEVEL
                    ) -> tuple[float, float, float]:
-    """(difference of means, low, high) by Welch's t: for samples that are not paired."""
+    """(difference of means, low, high) by scipy's Welch t: for samples that are not paired."""
     x, y = np.asarray(a, float), np.asarray(b, float)
     diff = float(x.mean() - y.mean())
-    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
-    se = math.sqrt(vx + vy)
-    if se == 0:
+    if np.ptp(x) == 0 and np.ptp(y) == 0:
         return diff, diff, diff
-    dof = (vx + vy) ** 2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1))
-    half = float(stats.t.ppf(0.5 + level / 2, dof)) * se
-    return diff, diff - half, diff + half
+    ci = stats.ttest_ind(x, y, equal_var=False).confidence_interval(confidence_level=level)
+    return diff, float(ci.low), float(ci.high)
 
 
 def verdict_of(a: Sequence[float], b: Sequence[float], numbers: tuple[int, int]
