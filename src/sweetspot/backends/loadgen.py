@@ -31,9 +31,9 @@ import queue as queue_module
 import re
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -42,6 +42,8 @@ from sweetspot.backends.records import RequestRecord
 from sweetspot.spec.requests import Request
 
 __all__ = ["LoadConfig", "LoadRun", "check_server", "client_priority", "run_load"]
+
+T = TypeVar("T")
 
 READ_BUFFER_BYTES = 16 * 1024 * 1024
 # One event loop keeps client lag under a millisecond up to about this rate on one core.
@@ -257,8 +259,6 @@ async def _dispatch(session: aiohttp.ClientSession, requests: Sequence[Request],
 def _worker(requests: list[Request], config: LoadConfig, queue, start, t0_value) -> None:
     """A shard in its own process: prepares its session, says it is ready, waits for the
     common t0, sends, and returns its records through ``queue``."""
-    _install_uvloop()
-
     async def main() -> list[RequestRecord]:
         async with _session(config) as session:
             await _prepare(session, config, ())
@@ -268,16 +268,18 @@ def _worker(requests: list[Request], config: LoadConfig, queue, start, t0_value)
                                    lambda: queue.put(("done", 1)))
 
     with client_priority(config.realtime):
-        records = asyncio.run(main())
+        records = _run(main())
     queue.put(("records", records))
 
 
-def _install_uvloop() -> None:
+def _run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """``coroutine`` to completion on uvloop's event loop (``uvloop.run``: no global loop
+    policy, which Python 3.14 deprecates), or asyncio's where uvloop is missing (Windows)."""
     try:
         import uvloop
     except ImportError:
-        return
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        return asyncio.run(coroutine)
+    return uvloop.run(coroutine)
 
 
 def _processes(requests: Sequence[Request], config: LoadConfig) -> int:
@@ -346,8 +348,6 @@ def run_load(requests: Sequence[Request], config: LoadConfig,
               for i in range(config.warmup_requests)]
     with client_priority(config.realtime):
         if workers == 1:
-            _install_uvloop()
-
             async def main() -> tuple[list[RequestRecord], float, float]:
                 async with _session(config) as session:
                     await _prepare(session, config, warmup)
@@ -355,7 +355,7 @@ def run_load(requests: Sequence[Request], config: LoadConfig,
                     records = await _dispatch(session, requests, config, t0, on_done)
                     return records, t0, time.perf_counter()
 
-            records, t0, t_end = asyncio.run(main())
+            records, t0, t_end = _run(main())
         else:
             records, t0, t_end = _run_sharded(requests, config, workers, warmup, on_done)
     records = sorted(records, key=lambda r: r.request_id)
@@ -376,7 +376,7 @@ def _run_sharded(requests: Sequence[Request], config: LoadConfig, workers: int,
             async with _session(config) as session:
                 await _prepare(session, config, warmup)
 
-        asyncio.run(warm())
+        _run(warm())
     context = multiprocessing.get_context("spawn")
     queue, start, t0_value = context.Queue(), context.Event(), context.Value("d", 0.0)
     shards = [list(requests[i::workers]) for i in range(workers)]
