@@ -28,8 +28,8 @@ from rich.table import Table
 
 from sweetspot._errors import SweetspotError
 from sweetspot._files import write_text
+from sweetspot.engine.releases import resolve_defaults
 from sweetspot.spec.hardware import GiB, gpu_names, load_hardware
-from sweetspot.spec.knobs import resolve_defaults
 from sweetspot.spec.model import model_names
 from sweetspot.spec.presets import PRESETS
 from sweetspot.spec.quant import load_quantization
@@ -1235,11 +1235,11 @@ def _guide_template(version) -> str:
     only from DRAFT_MODEL_SINCE."""
     from packaging.version import Version
 
-    from sweetspot.tune.space import DRAFT_MODEL_SINCE, NUM_SCHEDULER_STEPS_UNTIL
+    from sweetspot.engine.releases import DRAFT_MODEL_SINCE, NUM_SCHEDULER_STEPS_REMOVED
 
     parts = ["vllm serve Qwen/Qwen2.5-14B-Instruct-AWQ --max-num-seqs 256",
              "--max-model-len 8192 --gpu-memory-utilization 0.95 --enable-prefix-caching"]
-    if Version(str(version)) < NUM_SCHEDULER_STEPS_UNTIL:
+    if Version(str(version)) < NUM_SCHEDULER_STEPS_REMOVED:
         parts.append("--num-scheduler-steps 8")
     if Version(str(version)) >= DRAFT_MODEL_SINCE:
         parts.append("--speculative-config '{\"method\": \"draft_model\", \"model\": "

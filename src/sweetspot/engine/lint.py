@@ -18,13 +18,14 @@ from typing import Any
 from packaging.version import Version
 
 from sweetspot._errors import SweetspotError
+from sweetspot.engine import releases
 from sweetspot.engine.cmdline import Option, ServeCommand, parse_serve_command
 from sweetspot.engine.flags import FlagStatus, FlagTable, flag_table
 from sweetspot.engine.memory import MemoryEstimate, estimate_memory
-from sweetspot.engine.render import ASYNC_SCHEDULING_DEFAULT_SINCE, render_serve
-from sweetspot.engine.validate import DRAFT_MODEL_SINCE, validate_config
+from sweetspot.engine.render import render_serve
+from sweetspot.engine.validate import validate_config
 from sweetspot.spec.hardware import GiB, Hardware
-from sweetspot.spec.knobs import KNOBS, ServingConfig, SpeculativeConfig, vllm_default
+from sweetspot.spec.knobs import KNOBS, ServingConfig, SpeculativeConfig
 from sweetspot.spec.model import ModelArch, load_model
 from sweetspot.spec.quant import Quantization, load_quantization
 
@@ -169,11 +170,10 @@ def _check_option(option: Option, table: FlagTable, version: Version, st: _State
             st.add("error", "removed-flag", spelling,
                    f"{spelling} was removed in vLLM {look.removed_in}: {look.legacy.reason}")
             return
-        reason = look.legacy.reason if look.legacy else (
-            f"last seen in {look.last_seen}")
+        reason = look.legacy.reason if look.legacy else f"last seen in {look.last_seen}"
         st.add("error", "removed-flag", spelling,
                f"{spelling} was removed in vLLM {look.removed_in}: {reason} (dropped)")
-        if name == "--num-scheduler-steps" and version < ASYNC_SCHEDULING_DEFAULT_SINCE:
+        if name == "--num-scheduler-steps" and version < releases.ASYNC_SCHEDULING_DEFAULT_SINCE:
             async_info = table.info("--async-scheduling")
             st.add_async = async_info is not None and table.present(async_info, version)
         return
@@ -265,8 +265,8 @@ def _translate_speculation(st: _State, version: Version) -> None:
     st.settings["speculative"] = spec
     st.add("info", "note", "--speculative-config",
            f"legacy speculative flags translated to --speculative-config '{spec.to_json()}'"
-           + (f" (draft models need vLLM {DRAFT_MODEL_SINCE}+ on V1)"
-              if method == "draft_model" and version < DRAFT_MODEL_SINCE else ""))
+           + (f" (draft models need vLLM {releases.DRAFT_MODEL_SINCE}+ on V1)"
+              if method == "draft_model" and version < releases.DRAFT_MODEL_SINCE else ""))
 
 
 def _resolve(model: str | None, quant_flag: str | None, st: _State
@@ -404,7 +404,7 @@ def _note_defaults(config: ServingConfig, version: Version, hardware: Hardware |
     for name, value in config.explicit().items():
         if name in ("max_model_len", "speculative", "quantization"):
             continue
-        if value == vllm_default(name, version, hardware, config.replace(**{name: None}),
+        if value == releases.vllm_default(name, version, hardware, config.replace(**{name: None}),
                                  model_len):
             flag = KNOBS[name].flag
             shown = flag if isinstance(value, bool) else f"{flag} {_fmt(value)}"
@@ -444,7 +444,7 @@ def lint_command(text: str, version: Version, hardware: Hardware | None = None) 
                    f"({estimate.kv_cache_bytes / GiB:.1f} GiB), max concurrency "
                    f"{estimate.max_concurrency:.2f}x at max-model-len {estimate.max_model_len:,} "
                    f"on {hardware.display_name}")
-    if version >= ASYNC_SCHEDULING_DEFAULT_SINCE and any(
+    if version >= releases.ASYNC_SCHEDULING_DEFAULT_SINCE and any(
         f.flag == "--num-scheduler-steps" for f in st.findings
     ) and not (hardware and hardware.is_cpu):
         st.add("info", "note", "--async-scheduling",

@@ -23,8 +23,13 @@ from dataclasses import dataclass, replace
 
 from packaging.version import Version
 
+from sweetspot.engine.releases import (
+    CUDA_GRAPHS_PROFILED_SINCE,
+    KV_LOG_TOKENS_FIRST_SINCE,
+    resolve_defaults,
+)
 from sweetspot.spec.hardware import GiB, Hardware
-from sweetspot.spec.knobs import ServingConfig, resolve_defaults
+from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.model import ModelArch
 from sweetspot.spec.quant import Quantization
 
@@ -84,7 +89,7 @@ class MemoryEstimate:
 
     def log_line(self, version: Version) -> str:
         """The capacity line as ``vllm serve`` prints it at start-up."""
-        if version >= Version("0.30.0"):
+        if version >= KV_LOG_TOKENS_FIRST_SINCE:
             return (
                 f"GPU KV cache size: {self.kv_cache_tokens:,} tokens, Maximum concurrency for "
                 f"{self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x"
@@ -139,7 +144,7 @@ def estimate_memory(
     activations = _activation_bytes(arch, config, tp)
     non_torch = NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0)
     graphs = 0 if (config.enforce_eager or hardware.is_cpu) else CUDA_GRAPH_BYTES
-    graphs_counted = version >= Version("0.21.0")
+    graphs_counted = version >= CUDA_GRAPHS_PROFILED_SINCE
     context = 0 if hardware.is_cpu else CUDA_CONTEXT_BYTES
 
     if config.kv_cache_memory_bytes is not None:

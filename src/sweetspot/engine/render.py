@@ -15,16 +15,17 @@ import yaml
 from packaging.version import Version
 
 from sweetspot.engine.flags import FlagTable, flag_table
+from sweetspot.engine.releases import (
+    ASYNC_SCHEDULING_DEFAULT_SINCE,
+    NUM_SCHEDULER_STEPS_REMOVED,
+    YAML_FALSE_SINCE,
+    YAML_NESTED_SINCE,
+)
 from sweetspot.spec.hardware import GiB
 from sweetspot.spec.knobs import KNOBS, ServingConfig, SpeculativeConfig
 
 __all__ = ["Rendered", "render_serve", "render_yaml"]
 
-# vLLM's YAML loader turns nested mappings into JSON arguments from 0.16 on, and writes
-# "--no-<key>" for a false boolean from 0.28 on (vllm/utils/argparse_utils.py).
-YAML_NESTED_SINCE = Version("0.16.0")
-YAML_FALSE_SINCE = Version("0.28.0")
-ASYNC_SCHEDULING_DEFAULT_SINCE = Version("0.14.0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +72,7 @@ def render_serve(config: ServingConfig, model: str, version: Version) -> Rendere
     notes: list[str] = []
     for name, value in config.explicit().items():
         knob = KNOBS[name]
-        if name == "num_scheduler_steps" and version >= Version("0.10.1"):
+        if name == "num_scheduler_steps" and version >= NUM_SCHEDULER_STEPS_REMOVED:
             notes.append(
                 f"--num-scheduler-steps {value} dropped: removed in vLLM 0.10.1; async "
                 "scheduling now hides the scheduling overhead"

@@ -11,6 +11,12 @@ from typing import Any
 
 from packaging.version import Version
 
+from sweetspot.engine.releases import (
+    ASYNC_ANY_SPEC_SINCE,
+    ASYNC_EAGLE_SPEC_SINCE,
+    DRAFT_MODEL_SINCE,
+    resolve_defaults,
+)
 from sweetspot.spec.hardware import Hardware
 from sweetspot.spec.knobs import (
     EAGLE_METHODS,
@@ -18,18 +24,11 @@ from sweetspot.spec.knobs import (
     SPECULATIVE_METHODS,
     ServingConfig,
     SpeculativeConfig,
-    resolve_defaults,
 )
 from sweetspot.spec.model import ModelArch
 
-__all__ = ["DRAFT_MODEL_SINCE", "Problem", "validate_config"]
+__all__ = ["Problem", "validate_config"]
 
-# Draft-model speculation came to the V1 engine in 0.15 (vllm-facts.md).
-DRAFT_MODEL_SINCE = Version("0.15.0")
-# Explicit --async-scheduling beside speculation: refused before 0.12, EAGLE/MTP only until 0.33
-# (vllm/config/vllm.py of each release).
-ASYNC_EAGLE_SPEC_SINCE = Version("0.12.0")
-ASYNC_ANY_SPEC_SINCE = Version("0.33.0")
 # Acceptance decays with depth: past this many tokens, each extra one is rarely accepted.
 DEEP_SPECULATION_TOKENS = 5
 

@@ -1,10 +1,8 @@
 """The tunable settings of ``vllm serve``: a typed ``ServingConfig`` and one ``Knob`` per field.
 
 A ``ServingConfig`` field left at ``None`` means "whatever vLLM picks": the defaults depend on the
-vLLM release and on the hardware (vLLM reads the device's name and memory at start-up), so
-``vllm_default`` and ``resolve_defaults`` reproduce vLLM's own rules, read from
-``vllm/engine/arg_utils.py`` (``get_batch_defaults``), ``vllm/config/cache.py`` and
-``vllm/config/vllm.py`` of the published wheels, 0.10 to 0.33.
+vLLM release and on the hardware, so ``engine.releases`` (``vllm_default``,
+``resolve_defaults``) fills them as each release does.
 """
 
 from __future__ import annotations
@@ -14,10 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from packaging.version import Version
-
 from sweetspot._errors import SweetspotError
-from sweetspot.spec.hardware import GiB, Hardware
+from sweetspot.spec.hardware import GiB
 
 __all__ = [
     "KNOBS",
@@ -27,8 +23,6 @@ __all__ = [
     "SpeculativeConfig",
     "knob",
     "parse_settings",
-    "resolve_defaults",
-    "vllm_default",
 ]
 
 # Methods of --speculative-config that need no separate draft checkpoint.
@@ -146,7 +140,7 @@ class Knob:
     maximum: float | None = None
     exclusive_minimum: bool = False
     choices: tuple[Any, ...] = ()  # allowed values of a choice knob
-    sweep: tuple[Any, ...] = ()  # values a one-knob-at-a-time sweep tries first
+    sweep: tuple[Any, ...] = ()  # values the default search space sweeps (tune.space)
     guide: bool = False  # one of the seven settings of the field guide
     restart: bool = True  # every engine argument of vLLM is fixed for the server's lifetime
     notes: tuple[str, ...] = field(default=())
@@ -183,7 +177,7 @@ KNOBS: dict[str, Knob] = {
         Knob("gpu_memory_utilization", "--gpu-memory-utilization", "float",
              "Fraction of device memory vLLM may use for weights, activations and KV cache.",
              minimum=0, maximum=1, exclusive_minimum=True,
-             sweep=(0.8, 0.85, 0.9, 0.92, 0.95, 0.98), guide=True),
+             sweep=(0.85, 0.9, 0.92, 0.95), guide=True),
         Knob("enable_prefix_caching", "--enable-prefix-caching", "bool",
              "Reuse the KV blocks of identical prompt prefixes.", sweep=(False, True), guide=True),
         Knob("scheduling_policy", "--scheduling-policy", "choice",
@@ -198,7 +192,7 @@ KNOBS: dict[str, Knob] = {
              "step.", guide=True),
         Knob("max_num_batched_tokens", "--max-num-batched-tokens", "int",
              "Token budget of one step (prefill chunks + decodes).",
-             minimum=1, sweep=(1024, 2048, 4096, 8192, 16384, 32768)),
+             minimum=1, sweep=(2048, 4096, 8192, 16384)),
         Knob("enable_chunked_prefill", "--enable-chunked-prefill", "bool",
              "Split long prompts over several steps so decodes keep running.",
              sweep=(True, False)),
@@ -243,90 +237,6 @@ def knob(name: str) -> Knob:
         if candidate.flag.lstrip("-").replace("-", "_") == key:
             return candidate
     raise SweetspotError(f"unknown knob {name!r}; known: {', '.join(KNOBS)}")
-
-
-def _batch_defaults(version: Version, hardware: Hardware, world_size: int) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) that ``vllm serve`` picks when neither is set
-    (``EngineArgs.get_batch_defaults``, OPENAI_API_SERVER context)."""
-    if hardware.is_cpu:
-        return 2048 * world_size, 128 * world_size
-    memory = hardware.usable_memory_bytes
-    if version >= Version("0.28.0") and memory >= 160 * GiB:
-        return 16384, 1024
-    if memory >= 70 * GiB and "a100" not in hardware.device_name.lower():
-        return 8192, 1024
-    return 2048, 256
-
-
-def vllm_default(
-    name: str,
-    version: Version,
-    hardware: Hardware,
-    config: ServingConfig | None = None,
-    model_max_len: int | None = None,
-) -> Any:
-    """The value vLLM ``version`` would use for knob ``name`` on ``hardware`` when the flag is
-    left out, given the other settings in ``config`` (some defaults depend on them)."""
-    config = config or ServingConfig()
-    knob(name)  # validates the name
-    tp = config.tensor_parallel_size or 1
-    if name in ("max_num_batched_tokens", "max_num_seqs"):
-        tokens, seqs = _batch_defaults(version, hardware, tp)
-        throughput = (config.performance_mode == "throughput"
-                      and version >= Version("0.17.0"))
-        if throughput:
-            tokens, seqs = tokens * 2, seqs * 2
-        if name == "max_num_batched_tokens":
-            if config.max_num_batched_tokens is not None:
-                return config.max_num_batched_tokens
-            if config.enable_chunked_prefill is False and model_max_len:
-                tokens = max(tokens, model_max_len)
-            return tokens
-        budget = config.max_num_batched_tokens or vllm_default(
-            "max_num_batched_tokens", version, hardware, config, model_max_len)
-        return min(seqs, budget)
-    if name == "gpu_memory_utilization":
-        return 0.92 if version >= Version("0.20.0") else 0.9
-    if name == "async_scheduling":
-        if hardware.is_cpu or version < Version("0.14.0"):
-            return False
-        spec = config.speculative
-        return spec is None or spec.method in EAGLE_METHODS
-    if name == "performance_mode":
-        return "balanced" if version >= Version("0.17.0") else None
-    if name == "block_size":
-        return 128 if hardware.is_cpu else 16
-    if name == "num_scheduler_steps":
-        return 1 if version < Version("0.10.1") else None
-    return {
-        "max_model_len": model_max_len,
-        "enable_prefix_caching": True,
-        "scheduling_policy": "fcfs",
-        "speculative": None,
-        "enable_chunked_prefill": True,
-        "long_prefill_token_threshold": 0,
-        "kv_cache_dtype": "auto",
-        "tensor_parallel_size": 1,
-        "kv_offloading_bytes": 0,
-        "kv_cache_memory_bytes": None,
-        "enforce_eager": False,
-        "quantization": None,
-    }[name]
-
-
-def resolve_defaults(
-    config: ServingConfig,
-    version: Version,
-    hardware: Hardware,
-    model_max_len: int | None = None,
-) -> ServingConfig:
-    """``config`` with every unset knob filled with vLLM's default."""
-    filled = {
-        f.name: vllm_default(f.name, version, hardware, config, model_max_len)
-        for f in dataclasses.fields(config)
-        if getattr(config, f.name) is None
-    }
-    return dataclasses.replace(config, **filled)
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")

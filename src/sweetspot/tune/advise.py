@@ -24,9 +24,16 @@ from packaging.version import Version
 from sweetspot._errors import SweetspotError
 from sweetspot.engine.flags import flag_table
 from sweetspot.engine.memory import FitFinding, MemoryEstimate, estimate_memory, fit_finding
+from sweetspot.engine.releases import (
+    ASYNC_SCHEDULING_DEFAULT_SINCE,
+    CUDA_GRAPHS_PROFILED_SINCE,
+    DRAFT_MODEL_SINCE,
+    NUM_SCHEDULER_STEPS_REMOVED,
+    vllm_default,
+)
 from sweetspot.engine.render import render_serve, render_yaml
 from sweetspot.spec.hardware import GiB, Hardware
-from sweetspot.spec.knobs import ServingConfig, SpeculativeConfig, vllm_default
+from sweetspot.spec.knobs import ServingConfig, SpeculativeConfig
 from sweetspot.spec.model import ModelArch, checkpoint_quantization, load_model
 from sweetspot.spec.quant import Quantization
 from sweetspot.spec.workload import WorkloadSpec, WorkloadStats, workload_stats
@@ -259,7 +266,7 @@ def _speculation(c: _Context) -> tuple[SpeculativeConfig | None, ModelArch | Non
         return None, None, ""
     draft_name = DRAFT_FOR_FAMILY.get(c.arch.architecture)
     draft = load_model(draft_name).arch if draft_name else None
-    if (draft is not None and draft.name != c.arch.name and c.version >= Version("0.15.0")
+    if (draft is not None and draft.name != c.arch.name and c.version >= DRAFT_MODEL_SINCE
             and draft.param_counts().total * 10 <= c.arch.param_counts().total):
         spec = SpeculativeConfig("draft_model", LOW_LATENCY_SPEC_TOKENS, model=draft.hf_id)
         return spec, draft, (
@@ -282,7 +289,7 @@ def _memory_limited(c: _Context, base: ServingConfig):
         config = config.replace(kv_cache_dtype="fp8")
     probe = c.memory(config.replace(gpu_memory_utilization=0.5))
     fixed = probe.weight_bytes + probe.activation_bytes + probe.non_torch_bytes + (
-        probe.cuda_graph_bytes if c.version >= Version("0.21.0") else 0)
+        probe.cuda_graph_bytes if c.version >= CUDA_GRAPHS_PROFILED_SINCE else 0)
     kv_tokens = max(seqs * c.per_request, config.max_model_len)
     needed = fixed + kv_tokens * probe.kv_bytes_per_token * 1.05
     util = min(0.95, math.ceil(needed / c.hardware.usable_memory_bytes * 20) / 20)
@@ -325,10 +332,10 @@ def _guide_notes(version: Version, hardware: Hardware) -> tuple[str, ...]:
         "--speculative-model/--num-speculative-tokens are gone since 0.8.3: use "
         "--speculative-config; 8 draft tokens is deep, 3-5 is usual",
     ]
-    if version >= Version("0.10.1"):
-        notes.append("--num-scheduler-steps is gone since 0.10.1: async scheduling hides the "
-                     "scheduling overhead"
-                     + (" and is on by default" if version >= Version("0.14.0") else ""))
+    if version >= NUM_SCHEDULER_STEPS_REMOVED:
+        on = " and is on by default" if version >= ASYNC_SCHEDULING_DEFAULT_SINCE else ""
+        notes.append(f"--num-scheduler-steps is gone since {NUM_SCHEDULER_STEPS_REMOVED}: async "
+                     f"scheduling hides the scheduling overhead{on}")
     util = vllm_default("gpu_memory_utilization", version, hardware)
     seqs = vllm_default("max_num_seqs", version, hardware)
     differ = [f"gpu-memory-utilization {util} (the guide says 0.9)" if util != 0.9 else "",

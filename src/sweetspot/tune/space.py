@@ -27,6 +27,7 @@ import yaml
 from packaging.version import Version
 
 from sweetspot._errors import SweetspotError
+from sweetspot.engine.releases import DRAFT_MODEL_SINCE, NUM_SCHEDULER_STEPS_REMOVED
 from sweetspot.spec.hardware import Hardware
 from sweetspot.spec.knobs import KNOBS, ServingConfig, SpeculativeConfig, _parse_value, knob
 from sweetspot.spec.model import ModelArch
@@ -34,8 +35,6 @@ from sweetspot.spec.workload import WorkloadSpec, workload_stats
 
 __all__ = ["Dimension", "SearchSpace", "config_key", "default_space", "value_label"]
 
-NUM_SCHEDULER_STEPS_UNTIL = Version("0.10.1")
-DRAFT_MODEL_SINCE = Version("0.15.0")
 MODEL_LEN_MARGIN = 1.2
 
 
@@ -105,29 +104,36 @@ class SearchSpace:
 
 def default_space(version: Version, hardware: Hardware, arch: ModelArch,
                   workload: WorkloadSpec, draft: str | None = None) -> SearchSpace:
-    """The guide's seven settings that ``version`` has, plus the step's token budget."""
+    """The guide's seven settings that ``version`` has, plus the step's token budget: each at
+    its knob's sweep values, but the model length (from the workload's longest requests) and
+    speculation (n-gram, and a draft model where the release and the model have one)."""
     stats = workload_stats(workload, 2000)
     need = math.ceil(stats.total.p99 * MODEL_LEN_MARGIN / 1024) * 1024
     limit = arch.max_position_embeddings
     lens = sorted({min(v, limit) for v in (need, 2 * need, 4 * need, 8192, 32768) if v >= need})
     dims = [
-        Dimension("max_num_seqs", (16, 32, 64, 128, 256, 512, 1024)),
+        _swept("max_num_seqs"),
         Dimension("max_model_len", tuple(v for v in lens if v <= limit)[:4]),
     ]
     if not hardware.is_cpu:
-        dims.append(Dimension("gpu_memory_utilization", (0.85, 0.9, 0.92, 0.95)))
-    dims.append(Dimension("enable_prefix_caching", (False, True)))
+        dims.append(_swept("gpu_memory_utilization"))
+    dims.append(_swept("enable_prefix_caching"))
     if workload.priorities:
-        dims.append(Dimension("scheduling_policy", ("fcfs", "priority")))
-    if version < NUM_SCHEDULER_STEPS_UNTIL:
-        dims.append(Dimension("num_scheduler_steps", (1, 4, 8, 16)))
+        dims.append(_swept("scheduling_policy"))
+    if version < NUM_SCHEDULER_STEPS_REMOVED:
+        dims.append(_swept("num_scheduler_steps"))
     speculation: list[Any] = [None, SpeculativeConfig("ngram", 3, prompt_lookup_max=4,
                                                       prompt_lookup_min=2)]
     if draft is not None and version >= DRAFT_MODEL_SINCE:
         speculation.append(SpeculativeConfig("draft_model", 4, model=draft))
     dims.append(Dimension("speculative", tuple(speculation)))
-    dims.append(Dimension("max_num_batched_tokens", (2048, 4096, 8192, 16384)))
+    dims.append(_swept("max_num_batched_tokens"))
     return SearchSpace(tuple(dims))
+
+
+def _swept(name: str) -> Dimension:
+    """A knob's dimension at the values its ``Knob.sweep`` lists (the one place they live)."""
+    return Dimension(name, KNOBS[name].sweep)
 
 
 def parse_space_items(items: Iterable[str]) -> dict[str, tuple[Any, ...] | None]:

@@ -18,9 +18,10 @@ from typing import Any
 
 from sweetspot._errors import SweetspotError
 from sweetspot._secrets import redact_args, redact_env, redact_url, restore_args, restore_env
+from sweetspot.engine.releases import resolve_defaults
 from sweetspot.engine.render import render_serve, render_yaml
 from sweetspot.spec.hardware import GiB, load_hardware
-from sweetspot.spec.knobs import ServingConfig, resolve_defaults
+from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.model import load_model
 from sweetspot.spec.quant import Quantization, load_quantization
 from sweetspot.spec.version import parse_vllm_version
@@ -333,7 +334,6 @@ def batch_estimator(setup, shared_prefix_tokens: int = 0):
     prompt, less a shared prefix the prefix cache keeps once, and half its output on average).
     Sizes the capacity run; an estimate suffices."""
     from sweetspot.engine.memory import estimate_memory
-    from sweetspot.spec.knobs import resolve_defaults
 
     hw, arch, version = setup.hardware, setup.arch, setup.version
 

@@ -27,9 +27,10 @@ from sweetspot.backends.sim.request import SimRequest
 from sweetspot.backends.sim.scheduler import Scheduler, SchedulerConfig
 from sweetspot.backends.sim.speculative import plan_speculation
 from sweetspot.engine.memory import MemoryEstimate, estimate_memory
+from sweetspot.engine.releases import resolve_defaults
 from sweetspot.engine.validate import validate_config
 from sweetspot.spec.hardware import Hardware
-from sweetspot.spec.knobs import ServingConfig, resolve_defaults
+from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.model import ModelArch
 from sweetspot.spec.quant import Quantization
 from sweetspot.spec.requests import Request
