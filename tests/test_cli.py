@@ -296,3 +296,21 @@ def test_help_and_lint_import_only_what_they_use(argv):
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60)
     assert "LOADED []" in done.stderr, done.stderr
+
+
+def test_make_model_without_tokenizers_names_the_testing_extra(tmp_path):
+    """tokenizers is no runtime dependency: only `testing make-model` needs it, through the
+    `testing` extra, and says so when it is missing."""
+    probe = (
+        "import sys\n"
+        "sys.modules['tokenizers'] = None  # as if not installed\n"
+        f"sys.argv = ['sweetspot', 'testing', 'make-model', {str(tmp_path / 'm')!r}]\n"
+        "import sweetspot.cli\n"
+        "sweetspot.cli.main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().startswith("error: missing dependency: the Python package "
+                                          "tokenizers is not installed")
+    assert "vllm-sweetspot[testing]" in done.stderr
