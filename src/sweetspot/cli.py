@@ -816,7 +816,6 @@ def calibrate(
     from sweetspot.backends.sim import simulate as run_sim
     from sweetspot.backends.sim.calibration import (
         Calibration,
-        model_fingerprint,
         observation_from_bench,
         save_calibration,
     )
@@ -870,9 +869,8 @@ def calibrate(
     report = fit_step_model(observations, simulate_run, start)
     fitted = tuple({"run": run, "metric": metric, "measured": measured,
                     "predicted": predicted} for run, metric, measured, predicted in report.rows)
-    save_calibration(out, Calibration(setup.hardware.name, setup.arch.name,
-                                      model_fingerprint(setup.arch), str(setup.version),
-                                      report.model, fitted))
+    save_calibration(out, Calibration.of(setup.hardware, setup.arch, setup.version,
+                                         report.model, fitted))
     table = Table(title=f"calibration ({report.iterations} iterations) -> {out}")
     for column in ("run", "metric", "measured", "fitted", "error"):
         table.add_column(column)

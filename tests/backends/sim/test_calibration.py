@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
+from sweetspot._errors import SweetspotError
 from sweetspot.backends.sim import SimSetup, simulate
 from sweetspot.backends.sim.calibration import PROFILE_WORKLOAD
 from sweetspot.backends.sim.cost import LinearStepModel
@@ -215,3 +216,33 @@ def test_bunched_streams_keep_only_what_they_measured(tiny_dir: Path) -> None:
     assert bunched_streams(inf)
     assert set(observation_from_bench(inf, "inf").measured) == {"duration"}
     assert observation_from_bench(closed, "closed").measured == {}
+
+
+def test_the_calibration_file_is_checked_field_by_field(tmp_path: Path) -> None:
+    """The file is the Calibration model's own JSON: written and read in one place, and a
+    field that is off names itself in a one-line error."""
+    from sweetspot.backends.sim.calibration import (
+        Calibration,
+        load_calibration,
+        save_calibration,
+    )
+    from sweetspot.backends.sim.cost import LinearStepModel
+    from sweetspot.spec.hardware import load_hardware
+    from sweetspot.spec.model import load_model
+
+    hardware, arch = load_hardware("h100"), load_model("llama-3.1-8b").arch
+    path = tmp_path / "cal.json"
+    save_calibration(path, Calibration.of(hardware, arch, "0.33.0",
+                                          LinearStepModel((1e-3, 1e-5, 2e-6, 1e-9), 0.01),
+                                          [{"run": "a", "metric": "tpot"}]))
+    loaded = load_calibration(path, hardware, arch)
+    assert loaded.step_model == LinearStepModel((1e-3, 1e-5, 2e-6, 1e-9), 0.01)
+    data = json.loads(path.read_text())
+    for change, message in (({"coefficients_s": [1e-3, -1.0, 0, 0]},
+                             "coefficients_s.1: Input should be greater than or equal to 0"),
+                            ({"bogus": 1}, "bogus: Extra inputs are not permitted"),
+                            ({"coefficients_s": [1e-3]}, "one coefficient each")):
+        path.write_text(json.dumps({**data, **change}))
+        with pytest.raises(SweetspotError, match="malformed calibration") as caught:
+            load_calibration(path, hardware, arch)
+        assert message in str(caught.value) and "\n" not in str(caught.value)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, NonNegativeFloat, ValidationError, model_validator
 
 from sweetspot._errors import SweetspotError
 from sweetspot._files import write_text
@@ -39,32 +40,47 @@ def model_fingerprint(arch: ModelArch) -> dict[str, int]:
     return {name: int(getattr(arch, name)) for name in _SHAPE_FIELDS}
 
 
-@dataclass(frozen=True, slots=True)
-class Calibration:
+class Calibration(BaseModel):
+    """A calibration file as written and read: its fields are the file's keys, checked on load
+    (extra keys, a wrong format or feature list, negative coefficients are errors)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: Literal["sweetspot-calibration/1"] = FORMAT
     hardware: str
     model: str
     fingerprint: dict[str, int]
-    vllm_version: str
-    step_model: LinearStepModel
-    fitted_on: tuple[dict[str, Any], ...]  # per statistic: run, metric, measured, predicted
+    vllm_version: str = ""
+    features: tuple[str, ...] = LINEAR_FEATURES
+    coefficients_s: tuple[NonNegativeFloat, ...]
+    request_latency_s: float
+    fitted_on: tuple[dict[str, Any], ...] = ()  # per statistic: run, metric, measured, predicted
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            "hardware": self.hardware,
-            "model": self.model,
-            "fingerprint": self.fingerprint,
-            "vllm_version": self.vllm_version,
-            "features": list(LINEAR_FEATURES),
-            "coefficients_s": list(self.step_model.coefficients),
-            "request_latency_s": self.step_model.request_latency_s,
-            "fitted_on": list(self.fitted_on),
-        }
+    @model_validator(mode="after")
+    def _one_coefficient_per_feature(self) -> Calibration:
+        if self.features != LINEAR_FEATURES or len(self.coefficients_s) != len(LINEAR_FEATURES):
+            raise ValueError(f"expected the features {list(LINEAR_FEATURES)} and one "
+                             "coefficient each")
+        return self
+
+    @property
+    def step_model(self) -> LinearStepModel:
+        return LinearStepModel(self.coefficients_s, self.request_latency_s)
+
+    @classmethod
+    def of(cls, hardware: Hardware, arch: ModelArch, version: object, step_model: LinearStepModel,
+           fitted_on: Sequence[Mapping[str, Any]]) -> Calibration:
+        """The calibration of ``step_model``, fitted on ``fitted_on`` for this hardware, model
+        and vLLM release."""
+        return cls(hardware=hardware.name, model=arch.name, fingerprint=model_fingerprint(arch),
+                   vllm_version=str(version), coefficients_s=step_model.coefficients,
+                   request_latency_s=step_model.request_latency_s,
+                   fitted_on=tuple(dict(row) for row in fitted_on))
 
 
 def save_calibration(path: Path, calibration: Calibration) -> None:
     try:
-        write_text(path, json.dumps(calibration.to_dict(), indent=2) + "\n")
+        write_text(path, calibration.model_dump_json(indent=2) + "\n")
     except OSError as exc:
         raise SweetspotError(f"cannot write {path}: {exc}") from None
 
@@ -72,24 +88,21 @@ def save_calibration(path: Path, calibration: Calibration) -> None:
 def load_calibration(path: Path, hardware: Hardware, arch: ModelArch) -> Calibration:
     """Read a calibration file and check it describes ``hardware`` and ``arch``."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SweetspotError(f"cannot read calibration {path}: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise SweetspotError(f"cannot read calibration {path}: {exc}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise SweetspotError(f"{path} is not a sweetspot calibration file ({FORMAT})")
     try:
-        coefficients = tuple(float(v) for v in data["coefficients_s"])
-        latency = float(data["request_latency_s"])
-        fingerprint = {k: int(v) for k, v in data["fingerprint"].items()}
-        cal = Calibration(str(data["hardware"]), str(data["model"]), fingerprint,
-                          str(data.get("vllm_version", "")),
-                          LinearStepModel(coefficients, latency),
-                          tuple(data.get("fitted_on", ())))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise SweetspotError(f"malformed calibration {path}: {exc}") from None
-    if len(coefficients) != len(LINEAR_FEATURES) or any(c < 0 for c in coefficients):
-        raise SweetspotError(f"malformed calibration {path}: expected {len(LINEAR_FEATURES)} "
-                             "non-negative coefficients")
+        cal = Calibration.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "top level"
+        raise SweetspotError(f"malformed calibration {path}: {where}: {first['msg']}") from None
     if cal.fingerprint != model_fingerprint(arch):
         raise SweetspotError(f"calibration {path} was measured on model {cal.model!r}, not on "
                              f"{arch.name!r} (a different architecture)")
