@@ -21,7 +21,6 @@ from sweetspot.report import (
     knob_gains_data,
     max_model_len_data,
     pareto_data,
-    pareto_front,
     pick_rows,
     picks_data,
     policy_latency_data,
@@ -261,14 +260,6 @@ def test_speculative_falls_back_to_median_tpot():
     for t in study["trials"]:
         t["metrics"].pop("mean_tpot_ms", None)
     assert speculative_data(study).tpot_metric == "median_tpot_ms"
-
-
-def test_pareto_front_is_non_dominated_by_throughput_ascending():
-    points = [(0, 1000, 8000), (1, 800, 6000), (2, 1200, 9000), (3, 1300, 7000),
-              (4, 500, 6000), (5, 1300, 7500), (6, 700, 5000)]
-    assert pareto_front(points) == (6, 1, 3)
-    assert pareto_front([]) == ()
-    assert pareto_front([(9, 1.0, 1.0), (4, 1.0, 1.0)]) == (4,)
 
 
 def test_pareto_data_uses_the_study_front_failures_and_goals():

@@ -19,7 +19,7 @@ from sweetspot.spec.requests import Request
 from sweetspot.spec.workload import validate_workload
 from sweetspot.tune.confirm import welch_interval
 from sweetspot.tune.evaluate import Evaluator, parse_slos
-from sweetspot.tune.picks import choose_picks, pareto_front
+from sweetspot.tune.picks import choose_picks, pareto_front, pareto_numbers
 from sweetspot.tune.space import Dimension, SearchSpace
 from sweetspot.tune.store import StudyStore
 from sweetspot.tune.tuner import Budget, Tuner, make_sampler
@@ -239,3 +239,11 @@ def test_parse_slos(text: str, error: str | None) -> None:
     else:
         with pytest.raises(SweetspotError, match=error):
             parse_slos(text)
+
+
+def test_pareto_numbers_are_non_dominated_by_throughput_ascending():
+    points = [(0, 1000, 8000), (1, 800, 6000), (2, 1200, 9000), (3, 1300, 7000),
+              (4, 500, 6000), (5, 1300, 7500), (6, 700, 5000)]
+    assert pareto_numbers(points) == (6, 1, 3)
+    assert pareto_numbers([]) == ()
+    assert pareto_numbers([(9, 1.0, 1.0), (4, 1.0, 1.0)]) == (4,)

@@ -9,7 +9,7 @@ isolates that knob's effect. Gains are relative changes of the number itself (``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from sweetspot.report.study import (
     trials_by_number,
     value_label,
 )
+from sweetspot.tune.picks import pareto_numbers
 
 THROUGHPUT = "output_throughput"
 P99_E2EL = "p99_e2el_ms"
@@ -245,28 +246,13 @@ def pareto_data(study: Mapping[str, Any]) -> ParetoData | None:
     by_number = {p.trial: p for p in points}
     named = study.get("pareto")
     if named is None:
-        front_numbers = pareto_front((p.trial, p.output_throughput, p.p99_e2el_ms) for p in points)
+        front_numbers = pareto_numbers((p.trial, p.output_throughput, p.p99_e2el_ms)
+                                       for p in points)
     else:
         front_numbers = tuple(int(n) for n in named if int(n) in by_number)
     front = sorted((by_number[n] for n in front_numbers),
                    key=lambda p: (p.output_throughput, p.p99_e2el_ms))
     return ParetoData(points=tuple(points), front=tuple(front), failed=tuple(failed))
-
-
-def pareto_front(points: Iterable[tuple[int, float, float]]) -> tuple[int, ...]:
-    """Trial numbers not dominated in (higher throughput, lower latency), by throughput ascending.
-
-    Walking from the highest throughput down, a point is on the front exactly when its latency
-    beats every point seen so far; ties keep the lower trial number.
-    """
-    ordered = sorted(points, key=lambda p: (-p[1], p[2], p[0]))
-    front: list[int] = []
-    best_latency = float("inf")
-    for number, _, latency in ordered:
-        if latency < best_latency:
-            front.append(number)
-            best_latency = latency
-    return tuple(reversed(front))
 
 
 def _point(trial: Mapping[str, Any], knob: str, value: Any, is_baseline: bool) -> SweepPoint:

@@ -22,11 +22,12 @@ made, with the most any trial served and where more capacity comes from.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = ["DEFAULT_LATENCY_KEYS", "GOALS", "RESOLUTION", "Pick", "candidates", "changed_knobs",
-           "choose_picks", "keeps_up", "latency_keys", "pareto_front", "reasons_for"]
+           "choose_picks", "keeps_up", "latency_keys", "pareto_front", "pareto_numbers",
+           "reasons_for"]
 
 GOALS = ("max-throughput", "low-latency", "memory-limited", "balanced")
 THROUGHPUT = "output_throughput"
@@ -85,15 +86,24 @@ def changed_knobs(row: dict, baseline_config: Mapping | None) -> list[str]:
 def pareto_front(rows: Sequence[dict]) -> list[dict]:
     """Rows no other row beats on both throughput (higher) and P99 latency (lower), by
     ascending throughput; rows over capacity have no latency to compare."""
-    ok = sorted((r for r in rows if r["status"] == "ok" and r["metrics"]
-                 and not r.get("over_capacity")),
-                key=lambda r: (-_tp(r), _lat(r)))
-    front, best_lat = [], float("inf")
-    for row in ok:
-        if _lat(row) < best_lat:
-            front.append(row)
-            best_lat = _lat(row)
-    return front[::-1]
+    ok = {r["number"]: r for r in rows if r["status"] == "ok" and r["metrics"]
+          and not r.get("over_capacity")}
+    return [ok[n] for n in pareto_numbers((n, _tp(r), _lat(r)) for n, r in ok.items())]
+
+
+def pareto_numbers(points: Iterable[tuple[int, float, float]]) -> tuple[int, ...]:
+    """Of (number, throughput, latency) points, the numbers not dominated in (higher
+    throughput, lower latency), by throughput ascending. Walking from the highest throughput
+    down, a point is on the front exactly when its latency beats every point seen so far; ties
+    keep the lower number. The study's front and the report's figure both come from here."""
+    ordered = sorted(points, key=lambda p: (-p[1], p[2], p[0]))
+    front: list[int] = []
+    best_latency = float("inf")
+    for number, _, latency in ordered:
+        if latency < best_latency:
+            front.append(number)
+            best_latency = latency
+    return tuple(reversed(front))
 
 
 @dataclass(frozen=True, slots=True)
