@@ -343,7 +343,7 @@ def test_backend_vllm_records_the_release_the_servers_run(tmp_path: Path, qwen_f
     """The target release's default is not what a launched server runs: the interpreter's
     own vLLM is (a fake interpreter here, saying what detect_vllm asks)."""
     from sweetspot._errors import SweetspotError
-    from sweetspot.cli import _new_settings
+    from sweetspot.cli.tune import _new_settings
 
     fake = tmp_path / "python"
     said = json.dumps({"version": "0.32.0+cpu", "path": "vllm/__init__.py", "options": []})

@@ -1,0 +1,5 @@
+"""`python -m sweetspot.cli`."""
+
+from sweetspot.cli import main
+
+main()

@@ -1,0 +1,147 @@
+"""`sweetspot simulate`: one configuration on the embedded simulator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from sweetspot._errors import SweetspotError
+from sweetspot._files import write_text
+from sweetspot.cli._common import (
+    CpuKvOpt,
+    ModelOpt,
+    QuantOpt,
+    VersionOpt,
+    WorkloadOpt,
+    _out,
+    _override_arrivals,
+    _print_result,
+    _sim_setup,
+    app,
+)
+from sweetspot.spec.version import DEFAULT_VLLM_VERSION
+
+SettingsOpt = Annotated[list[str] | None, typer.Option(
+    "--set", help="knob=value, e.g. max_num_seqs=128 (repeatable).")]
+
+
+@app.command()
+def simulate(
+    model: ModelOpt = "qwen2.5-14b",
+    gpu: Annotated[str, typer.Option(help="GPU from the catalog.")] = "a100-80gb",
+    quant: QuantOpt = None,
+    workload: WorkloadOpt = "chat",
+    num_requests: Annotated[int | None, typer.Option(min=1)] = None,
+    rate: Annotated[str | None, typer.Option(help="Requests per second, or inf.")] = None,
+    concurrency: Annotated[int | None, typer.Option(min=1, help="Most requests in flight; "
+                                                         "alone it means a closed loop.")] = None,
+    settings: SettingsOpt = None,
+    vllm_version: VersionOpt = str(DEFAULT_VLLM_VERSION),
+    calibration: Annotated[Path | None, typer.Option(help="Calibration file from `sweetspot "
+                                                          "calibrate`.")] = None,
+    acceptance: Annotated[float | None, typer.Option(help="Speculative acceptance per "
+                                                          "position (0-1).")] = None,
+    cpu_kvcache_space: CpuKvOpt = None,
+    seed: Annotated[int | None, typer.Option()] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the result here.")
+                         ] = None,
+) -> int:
+    """Predict what `sweetspot bench` would measure for a configuration, without a GPU.
+
+    Exit 0: it ran; 1: vLLM would refuse the configuration (an oom names the tensor-parallel
+    size that fits); 2: unusable input.
+    """
+    from sweetspot.backends.sim import simulate as run_sim
+    from sweetspot.backends.sim.calibration import load_calibration
+    from sweetspot.metrics.run import Measurement
+    from sweetspot.metrics.serve import compute_result
+    from sweetspot.spec.loaders import load_workload
+    from sweetspot.spec.requests import sample_requests
+
+    setup = _sim_setup(model, gpu, quant, settings, vllm_version, cpu_kvcache_space, acceptance)
+    step_model = None
+    if calibration is not None:
+        step_model = load_calibration(calibration, setup.hardware, setup.arch).step_model
+    wl = _override_arrivals(load_workload(workload), rate, concurrency, 1.0)
+    requests = sample_requests(wl, num_requests, seed=seed, vocab_size=setup.arch.vocab_size)
+    run = run_sim(setup, requests, max_concurrency=concurrency, model=step_model,
+                  seed=seed or 0)
+    data: dict = {"status": run.status, "cause": run.cause}
+    if run.status == "ok":
+        result = compute_result(run.records)
+        errors: dict[str, int] = {}
+        for record in run.records:
+            if record.error:
+                errors[record.error] = errors.get(record.error, 0) + 1
+        _print_result(Measurement(result, None, tuple(errors.items())))
+        _print_sim_facts(run)
+        data.update(result.to_dict())
+        facts = run.facts
+        data["simulator"] = {
+            "kv_cache_tokens": facts.kv_cache_tokens, "max_concurrency": facts.max_concurrency,
+            "peak_kv_usage": facts.peak_kv_usage, "preemptions": facts.preemptions,
+            "prefix_cache_hit_rate": facts.prefix_hit_rate,
+            "compute_bound_share": facts.compute_bound_share, "steps": facts.steps,
+            "mean_batch": facts.mean_batch, "spec_acceptance_rate": facts.spec_acceptance_rate,
+            "step_model": "calibrated" if step_model else "roofline"}
+    else:
+        _out.print(f"trial: {run.status} — {run.cause}", markup=False)
+        unfit = _sim_unfit(setup, run) if run.status == "oom" else None
+        if unfit is not None:
+            hint = (f" (simulate it with --set tensor_parallel_size={unfit.tensor_parallel_size})"
+                    if unfit.tensor_parallel_size else "")
+            _out.print(unfit.message + hint, markup=False)
+            data["fit"] = {"finding": unfit.message,
+                           "tensor_parallel_size": unfit.tensor_parallel_size}
+    data["sweetspot"] = {"model": setup.arch.name, "gpu": setup.hardware.name,
+                         "quant": setup.quant.name, "vllm_version": str(setup.version),
+                         "workload": wl.name, "num_requests": len(requests),
+                         "config": {k: (v.to_dict() if hasattr(v, "to_dict") else v)
+                                    for k, v in run.config.explicit().items()}}
+    if json_path is not None:
+        try:
+            write_text(json_path, json.dumps(data, indent=2))
+        except OSError as exc:
+            raise SweetspotError(f"cannot write {json_path}: {exc}") from None
+    return 0 if run.status == "ok" else 1
+
+
+def _sim_unfit(setup, run):
+    """The memory model's finding for a simulated start-up that failed: on how many GPUs the
+    configuration would start."""
+    from sweetspot.backends.sim.speculative import plan_speculation
+    from sweetspot.engine.memory import fit_finding
+
+    plan = plan_speculation(run.config.speculative, setup.arch, setup.spec_acceptance)
+    return fit_finding(setup.arch, setup.quant, setup.hardware, run.config, setup.version,
+                       draft=None if isinstance(plan, str) else plan.draft,
+                       cpu_kvcache_space_bytes=setup.cpu_kvcache_space_bytes)
+
+
+def _print_sim_facts(run) -> None:
+    facts, memory = run.facts, run.memory
+    table = Table(title="Simulated server", show_header=False)
+    table.add_column("fact")
+    table.add_column("value", justify="right")
+    share = facts.compute_bound_share
+    rows = [
+        ("KV cache capacity (tokens)", f"{facts.kv_cache_tokens:,}"),
+        (f"Max concurrency at {memory.max_model_len:,} tokens", f"{facts.max_concurrency:.2f}x"),
+        ("Peak KV cache usage", f"{facts.peak_kv_usage:.1%}"),
+        ("Preemptions", f"{facts.preemptions}"),
+        ("Prefix cache hit rate",
+         "-" if facts.prefix_hit_rate is None else f"{facts.prefix_hit_rate:.1%}"),
+        ("Steps bound by compute / memory",
+         "n/a (calibrated)" if share is None else f"{share:.0%} / {1 - share:.0%}"),
+        ("Steps, mean batch", f"{facts.steps:,}, {facts.mean_batch:.1f}"),
+    ]
+    if facts.spec_acceptance_rate is not None:
+        rows.append(("Spec decode acceptance", f"{facts.spec_acceptance_rate:.1%}"))
+    for label, value in rows:
+        table.add_row(label, value)
+    _out.print(table)
+    _out.print(facts.kv_log_line, markup=False)
