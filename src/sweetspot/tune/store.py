@@ -210,6 +210,17 @@ class StudyStore:
                 thread.join()
             self._mine.discard(trial.number)
 
+    def asked_before(self, labels: Mapping[str, str], number: int) -> bool:
+        """A trial numbered below ``number`` is running or has finished at ``labels``: another
+        process asked for this configuration first (trial numbers are handed out by the
+        storage, one at a time, so of two processes that asked at once exactly one sees the
+        other's lower number and yields)."""
+        want = dict(labels)
+        return any(t.number < number and t.params == want
+                   for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,
+                                                                           TrialState.COMPLETE))
+                   if (t.user_attrs.get(ROW_ATTR) or {}).get("duplicate_of") is None)
+
     def running_elsewhere(self, labels: Mapping[str, str], besides: int | None = None) -> bool:
         """Another process is running a trial at ``labels`` now (trial ``besides``, just
         asked here, left out)."""

@@ -137,13 +137,17 @@ class Tuner:
         """The row of ``config``: stored (by this process or another), or run now; where
         another process is running it, its row once it has finished."""
         key, labels = config_key(config), self.space.labels_of(config)
-        self._refresh()
-        while key not in self.rows and self.store.running_elsewhere(labels):
-            time.sleep(WAIT_FOR_OTHERS_S)
+        while True:
             self._refresh()
-        if key in self.rows:
-            return self.rows[key]
-        return self._run(self.store.ask(labels), config, phase, knob)
+            while key not in self.rows and self.store.running_elsewhere(labels):
+                time.sleep(WAIT_FOR_OTHERS_S)
+                self._refresh()
+            if key in self.rows:
+                return self.rows[key]
+            trial = self.store.ask(labels)
+            if not self.store.asked_before(labels, trial.number):
+                return self._run(trial, config, phase, knob)
+            self.store.study.tell(trial, state=TrialState.FAIL)  # another process was first
 
     # -- strategies
 
@@ -195,8 +199,7 @@ class Tuner:
             config = self.space.apply(self.baseline, trial.params)
             key = config_key(config)
             self._refresh()
-            if key not in self.rows and self.store.running_elsewhere(trial.params,
-                                                                      trial.number):
+            if key not in self.rows and self.store.asked_before(trial.params, trial.number):
                 self.store.study.tell(trial, state=TrialState.FAIL)  # another process's
                 duplicates += 1
                 continue
