@@ -123,3 +123,21 @@ def test_unknown_stored_settings_are_an_error_naming_them() -> None:
     assert StudySettings.from_dict(stored).name == "s"
     with pytest.raises(SweetspotError, match=r"'speculation_budget'.*does not know"):
         StudySettings.from_dict({**stored, "speculation_budget": 3})
+
+
+def test_a_trial_of_a_dead_process_on_this_host_is_failed_at_once(tmp_path: Path) -> None:
+    """A tune SIGKILLed mid-trial and resumed on the same machine goes on at once: the trial
+    names its process (pid and start time), which no longer runs."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    StudyStore.open(url, "s", SPACE, resume=False)
+    killed = subprocess.run([sys.executable, "-c", (
+        "import os\n"
+        "from tests.tune.test_store import SPACE\n"
+        "from sweetspot.tune.store import StudyStore\n"
+        f"store = StudyStore.open({url!r}, 's', SPACE, resume=True)\n"
+        "store.ask({'max_num_seqs': '16', 'enable_prefix_caching': 'true'})\n"
+        "os._exit(9)  # as if SIGKILLed: no tell, no cleanup\n")], timeout=60)
+    assert killed.returncode == 9
+    store = StudyStore.open(url, "s", SPACE, resume=True)  # well inside the heartbeat's grace
+    assert not store.running_elsewhere({"max_num_seqs": "16", "enable_prefix_caching": "true"})
+    assert [t.state for t in store.study.get_trials()] == [TrialState.FAIL]

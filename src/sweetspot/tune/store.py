@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 import warnings
@@ -55,6 +56,7 @@ def _quiet() -> Iterator[None]:
 DEFAULT_STORAGE = Path(".sweetspot") / "studies.db"
 ROW_ATTR = "row"
 HEARTBEAT_ATTR = "heartbeats"  # the study's trials beat while they run (``running``)
+OWNER_ATTR = "owner"  # the host and process running a trial (backends.vllm.guard's mark)
 HEARTBEAT_S = 10  # a running trial's heartbeat
 GRACE_S = 60  # a RUNNING trial whose heartbeat is older than this lost its process
 SQLITE_BUSY_S = 60  # a writer waits this long for another process's write to the file
@@ -173,10 +175,22 @@ class StudyStore:
         return optuna.load_study(study_name=name, storage=storage)
 
     def fail_stale(self) -> None:
-        """Fail the RUNNING trials whose process stopped beating (died) ``GRACE_S`` ago."""
-        if isinstance(self.storage, optuna.storages.RDBStorage):
-            with _quiet():
-                optuna.storages.fail_stale_trials(self.study)
+        """Fail the RUNNING trials whose process died: at once where it ran on this host (its
+        pid and start time, kept with the trial, name no live process: a tune SIGKILLed and
+        resumed goes on without waiting), else once it stopped beating ``GRACE_S`` ago."""
+        if not isinstance(self.storage, optuna.storages.RDBStorage):
+            return
+        from sweetspot.backends.vllm.guard import owner_alive
+
+        with _quiet():
+            optuna.storages.fail_stale_trials(self.study)
+        host = socket.gethostname()
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            owner = trial.user_attrs.get(OWNER_ATTR) or {}
+            if (trial.number not in self._mine and owner.get("host") == host
+                    and not owner_alive(str(owner.get("process")))):
+                with suppress(Exception):  # another process failed it first
+                    self.study.tell(trial.number, state=TrialState.FAIL)
 
     @contextmanager
     def running(self, trial: optuna.trial.Trial) -> Iterator[None]:
@@ -262,9 +276,13 @@ class StudyStore:
         finally:
             self.study.sampler = sampler
         if isinstance(self.storage, optuna.storages.RDBStorage):
+            from sweetspot.backends.vllm.guard import owner_mark
+
             # Beating from its first moment, it goes stale if this process dies before
-            # ``running`` takes over.
+            # ``running`` takes over; its owner tells this host's processes at once.
             self.storage.record_heartbeat(trial._trial_id)
+            trial.set_user_attr(OWNER_ATTR, {"host": socket.gethostname(),
+                                             "process": owner_mark()})
         return trial
 
     def tell(self, trial: optuna.trial.Trial, row: dict, values: tuple[float, ...],

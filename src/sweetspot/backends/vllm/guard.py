@@ -122,7 +122,8 @@ def _start_ticks(pid: int) -> str:
     return stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after the command's name
 
 
-def _owner_alive(mark: str) -> bool:
+def owner_alive(mark: str) -> bool:
+    """The process ``mark`` (``owner_mark``) names still runs (on this host)."""
     pid_text, _, ticks = mark.partition(":")
     if not pid_text.isdigit():
         return True  # not ours to judge
@@ -155,7 +156,7 @@ def reap_orphans(grace_s: float = GRACE_S) -> list[Reaped]:
             continue  # gone, or not ours to read
         env = dict(item.split(b"=", 1) for item in environ if b"=" in item)
         mark = env.get(OWNER_ENV.encode())
-        if mark is None or _owner_alive(mark.decode(errors="replace")):
+        if mark is None or owner_alive(mark.decode(errors="replace")):
             continue
         pid = int(entry.name)
         try:
