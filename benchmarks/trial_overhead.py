@@ -45,7 +45,7 @@ def main() -> None:
             trial = backend.run_args(["--enforce-eager", "--max-num-seqs", "16"], requests,
                                      LoadConfig(base_url="", model=""))
             assert trial.ok, trial.cause
-            t, facts = trial.timings, trial.startup
+            t, facts = trial.timings, trial.server
             rows.append({"check": t.check_s, "startup": t.startup_s,
                          "model_load": facts.model_load_s,
                          "engine_init": facts.engine_init_s, "warmup": t.warmup_s,

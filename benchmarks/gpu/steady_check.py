@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+from sweetspot.backends.base import run_in_order
 from sweetspot.backends.loadgen import LoadConfig
 from sweetspot.backends.sim import SimSetup
 from sweetspot.backends.vllm import VllmBackend
@@ -93,15 +94,15 @@ def main() -> int:
         loop_requests = sample_requests(lengths, round(args.loop_times * len(capacity_requests)),
                                         seed=1, vocab_size=vocab)
         started = time.monotonic()
-        trial = backend.run(config, capacity_requests,
-                            LoadConfig(base_url="", model="", max_concurrency=capacity_in_flight),
-                            more=[(loop_requests, LoadConfig(base_url="", model="",
-                                                             max_concurrency=in_flight))])
+        trial = run_in_order(backend, config, [
+            (capacity_requests,
+             LoadConfig(base_url="", model="", max_concurrency=capacity_in_flight)),
+            (loop_requests, LoadConfig(base_url="", model="", max_concurrency=in_flight))])
         entry = {"max_num_seqs": mns, "prefix_caching": config.enable_prefix_caching,
                  "status": trial.status, "cause": trial.cause}
         if trial.ok:
             _save_records(args.out / "trials" / f"records-{mns}-capacity.json.gz", trial.run)
-            for i, run in enumerate(trial.more_runs):
+            for i, run in enumerate(trial.runs[1:]):
                 _save_records(args.out / "trials" / f"records-{mns}-loop{i}.json.gz", run)
             steady = steady_state(trial.run.records, trial.run.duration_s)
             entry.update(capacity_requests=len(capacity_requests),
@@ -111,11 +112,11 @@ def main() -> int:
                          saturated=steady.saturated, peak_running=steady.peak_running,
                          window_s=steady.window_s,
                          capacity_plain_tok_s=measure(trial.run).result.output_throughput)
-            if trial.more_runs:
-                loop = measure(trial.more_runs[0])
+            if len(trial.runs) > 1:
+                loop = measure(trial.runs[1])
                 entry.update(loop_errors=dict(loop.errors), capacity_errors=dict(
                     measure(trial.run).errors))
-                loop_run = trial.more_runs[0]
+                loop_run = trial.runs[1]
                 long = steady_state(loop_run.records, loop_run.duration_s)
                 rate, window = long.output_throughput, long.window_s
                 entry.update(loop_requests=len(loop_requests), loop_concurrency=in_flight,

@@ -3,7 +3,7 @@ the server's steps were."""
 
 from packaging.version import Version
 
-from sweetspot.backends.endpoint import EndpointRun
+from sweetspot.backends.base import Run, run_in_order
 from sweetspot.backends.loadgen import LoadConfig
 from sweetspot.backends.records import RequestRecord
 from sweetspot.backends.sim import SimSetup
@@ -18,10 +18,10 @@ from sweetspot.spec.requests import Request
 STEP_S = 0.015
 
 
-def _run(chunk_lists: list[list[float]], processes: int = 1) -> EndpointRun:
+def _run(chunk_lists: list[list[float]], processes: int = 1) -> Run:
     records = tuple(RequestRecord(i, 0.0, 0.0, tuple(c), c[-1], 32, len(c))
                     for i, c in enumerate(chunk_lists))
-    return EndpointRun(records, max(r.end_s for r in records), processes, None, (), None)
+    return Run(records, max(r.end_s for r in records), processes)
 
 
 def test_decode_steps_stalled_behind_prefills_are_not_bursts() -> None:
@@ -67,12 +67,12 @@ def test_a_simulated_run_is_never_judged() -> None:
     setup = SimSetup(load_hardware("a100-80gb"), arch, load_quantization("bf16"),
                      ServingConfig(), Version("0.32.0"))
     requests = [Request(i, 0.0, tuple(range(512)), 64) for i in range(64)]
-    trial = SimBackend(setup).run(ServingConfig(max_num_seqs=4), requests,
-                                  LoadConfig(base_url="", model=""))
+    trial = run_in_order(SimBackend(setup), ServingConfig(max_num_seqs=4),
+                         [(requests, LoadConfig(base_url="", model=""))])
     assert trial.ok and trial.run is not None
     m = measure(trial.run)
     assert m.bunched_itl_share is None and not bunched_streams(m.to_dict())
     # The same records as if a client had received them would be judged: the guard is the
     # missing client, not luck in the numbers.
-    judged = measure(EndpointRun(trial.run.records, trial.run.duration_s, 1, None, (), None))
+    judged = measure(Run(trial.run.records, trial.run.duration_s, 1))
     assert judged.bunched_itl_share is not None

@@ -75,7 +75,7 @@ def _real_study(model_dir: Path, url: str, name: str = "real", *, runs: bool = T
                 {"kind": "capacity", "num_requests": NUM_REQUESTS, "rate": None,
                  "max_concurrency": None, "result": measure(trial.run).to_dict()},
                 {"kind": "traffic", "num_requests": NUM_REQUESTS, "rate": 6.0,
-                 "max_concurrency": None, "result": measure(trial.more_runs[0]).to_dict()}]
+                 "max_concurrency": None, "result": measure(trial.runs[1]).to_dict()}]
         asked = store.ask({"max_num_seqs": str(seqs)})
         row.update(number=asked.number, phase="grid", knob=None)
         store.tell(asked, row, (row["metrics"]["output_throughput"],), {})

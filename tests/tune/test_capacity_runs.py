@@ -72,9 +72,9 @@ class _Counting(SimBackend):
         super().__init__(setup)
         self.starts = 0
 
-    def run(self, *args, **kwargs):
+    def serve(self, config):
         self.starts += 1
-        return super().run(*args, **kwargs)
+        return super().serve(config)
 
 
 def test_rate_auto_measures_the_baseline_once_on_one_server() -> None:
@@ -87,7 +87,7 @@ def test_rate_auto_measures_the_baseline_once_on_one_server() -> None:
     evaluator = Evaluator(backend, WORKLOAD, 60, {}, vocab_size=32_000, batch_estimate=estimate)
     steady, trial = evaluator.capacity(base, rate_from=lambda s: round(0.65 *
                                                                        s.request_throughput, 4))
-    assert trial.ok and len(trial.more_runs) == 1
+    assert trial.ok and len(trial.runs) == 2
     assert evaluator.rate == round(0.65 * steady.request_throughput, 4)
     row, _ = evaluator.evaluate(base)
     assert backend.starts == 1 and row["offered_rate"] == evaluator.rate
@@ -100,7 +100,7 @@ def test_rate_auto_measures_the_baseline_once_on_one_server() -> None:
     alone = _Counting(SETUP)
     other = Evaluator(alone, WORKLOAD, 60, {}, vocab_size=32_000, batch_estimate=estimate)
     _, trial = other.capacity(base)  # no rate asked for: the capacity run alone, nothing kept
-    assert other.rate is None and not trial.more_runs
+    assert other.rate is None and len(trial.runs) == 1
     other.evaluate(base)
     assert alone.starts == 2
 
@@ -116,6 +116,7 @@ def test_a_real_server_runs_three_times_the_turnovers() -> None:
 
     class Real(SimBackend):
         name = "vllm"
+        measured = True
 
     base = CONFIGS[0].replace(max_num_seqs=64)
     plans = {}

@@ -8,15 +8,15 @@ from collections.abc import Sequence
 
 import pytest
 
-from sweetspot.backends.endpoint import EndpointRun
+from sweetspot.backends.base import Run
 from sweetspot.backends.loadgen import LoadConfig
 from sweetspot.backends.records import RequestRecord
-from sweetspot.backends.trial import Trial, TrialTimings
 from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.requests import Request
 from sweetspot.spec.workload import validate_workload
 from sweetspot.tune.evaluate import Evaluator, parse_slos
 from sweetspot.tune.rate import RateSearch, search_rate
+from tests.backends import fake
 
 CAPACITY = 10.0  # requests/s at rate inf
 BASE_TPOT_S = 0.010
@@ -27,34 +27,29 @@ WORKLOAD = validate_workload({"name": "w", "prompt": {"kind": "fixed", "value": 
                               "arrival": {"process": "constant", "rate": 1.0}}, "test")
 
 
-class QueueFake:
+class QueueFake(fake.FakeBackend):
     """TPOT grows as 1 / (1 - load), load = offered rate / CAPACITY, so an SLO on P99 TPOT of
     L seconds holds up to exactly CAPACITY * (1 - BASE_TPOT_S / L). At rate inf it serves
     CAPACITY requests per second. ``crash_at`` kills the server when a rate from there up to
     (not including) rate inf comes up."""
 
-    name = "fake"
-
     def __init__(self, crash_at: float | None = None, interrupt_on: int | None = None):
-        self.calls: list[list[float]] = []
+        self.calls: list[list[float]] = []  # per server, the rates its runs were offered
         self.crash_at = crash_at
         self.interrupt_on = interrupt_on
 
-    def run(self, config: ServingConfig, requests: Sequence[Request], load: LoadConfig, *,
-            more=()) -> Trial:
+    def start(self, config: ServingConfig) -> None:
         if self.interrupt_on is not None and len(self.calls) + 1 == self.interrupt_on:
             raise KeyboardInterrupt
-        batches = [requests, *(r for r, _ in more)]
-        rates = [_offered(b) for b in batches]
-        self.calls.append(rates)
-        runs = []
-        for batch, rate in zip(batches, rates, strict=True):
-            if self.crash_at is not None and self.crash_at - 1e-9 <= rate < math.inf:
-                return Trial("crash", "the server died during the run: boom",
-                             runs[0] if runs else None, TrialTimings(total_s=0.0),
-                             more_runs=tuple(runs[1:]))
-            runs.append(_run(batch, rate))
-        return Trial("ok", None, runs[0], TrialTimings(total_s=0.0), more_runs=tuple(runs[1:]))
+        self.calls.append([])
+
+    def answer(self, config: ServingConfig, requests: Sequence[Request], load: LoadConfig,
+               index: int) -> Run | tuple[str, str]:
+        rate = _offered(requests)
+        self.calls[-1].append(rate)
+        if self.crash_at is not None and self.crash_at - 1e-9 <= rate < math.inf:
+            return "crash", "the server died during the run: boom"
+        return _run(requests, rate)
 
 
 def _offered(requests: Sequence[Request]) -> float:
@@ -63,7 +58,7 @@ def _offered(requests: Sequence[Request]) -> float:
     return (len(arrivals) - 1) / span if span > 0 else math.inf
 
 
-def _run(requests: Sequence[Request], rate: float) -> EndpointRun:
+def _run(requests: Sequence[Request], rate: float) -> Run:
     records = []
     for i, r in enumerate(requests):
         if math.isinf(rate):  # served one after another at CAPACITY
@@ -73,7 +68,7 @@ def _run(requests: Sequence[Request], rate: float) -> EndpointRun:
         chunks = tuple(start + tpot * (k + 1) for k in range(r.output_tokens))
         records.append(RequestRecord(r.request_id, r.arrival_s, r.arrival_s, chunks,
                                      chunks[-1], r.prompt_tokens, r.output_tokens))
-    return EndpointRun(tuple(records), max(c.end_s for c in records), 1, None, (), None)
+    return Run(tuple(records), max(c.end_s for c in records), 1)
 
 
 def _evaluator(backend: QueueFake, slos: str) -> Evaluator:
@@ -145,14 +140,13 @@ def test_a_trial_whose_streams_arrived_bunched_is_marked() -> None:
     client's scheduling): the CLI warns about such trials."""
 
     class Bunched(QueueFake):
-        def run(self, config, requests, load, *, more=()):
+        def answer(self, config, requests, load, index):
             records = []
             for r in requests:  # first chunk on time, the rest all at once 0.5 s later
                 chunks = (r.arrival_s + 0.01, *([r.arrival_s + 0.5] * (r.output_tokens - 1)))
                 records.append(RequestRecord(r.request_id, r.arrival_s, r.arrival_s, chunks,
                                              chunks[-1], r.prompt_tokens, r.output_tokens))
-            run = EndpointRun(tuple(records), max(c.end_s for c in records), 1, None, (), None)
-            return Trial("ok", None, run, TrialTimings(total_s=0.0))
+            return Run(tuple(records), max(c.end_s for c in records), 1)
 
     row, _ = _evaluator(Bunched(), "p99_ttft=1s").evaluate(ServingConfig())
     assert row["facts"]["bunched_streams"] is True

@@ -9,11 +9,9 @@ from pathlib import Path
 import pytest
 
 from sweetspot._errors import SweetspotError
-from sweetspot.backends.endpoint import EndpointRun
+from sweetspot.backends.base import MemoryPeaks, Run, ServerFacts
 from sweetspot.backends.loadgen import LoadConfig
 from sweetspot.backends.records import RequestRecord
-from sweetspot.backends.trial import Trial, TrialTimings
-from sweetspot.backends.vllm.memory import MemoryPeaks
 from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.requests import Request
 from sweetspot.spec.workload import validate_workload
@@ -23,6 +21,7 @@ from sweetspot.tune.picks import choose_picks, pareto_front, pareto_numbers
 from sweetspot.tune.space import Dimension, SearchSpace
 from sweetspot.tune.store import StudyStore
 from sweetspot.tune.tuner import Budget, Tuner, make_sampler
+from tests.backends import fake
 
 GiB = 2**30
 WORKLOAD = validate_workload({"name": "w", "prompt": {"kind": "fixed", "value": 8},
@@ -33,25 +32,31 @@ SPACE = SearchSpace((Dimension("max_num_seqs", (16, 32, 64, 128, 256)),
                      Dimension("enable_prefix_caching", (False, True))))
 
 
-class FakeBackend:
+class FakeBackend(fake.FakeBackend):
     """Each request takes 1 s per token divided by a speed: speed grows with max-num-seqs up to
     128, prefix caching adds 10 %; utilisation 0.95 with 256 sequences is an OOM."""
-
-    name = "fake"
 
     def __init__(self, interrupt_on: int | None = None):
         self.calls = 0
         self.interrupt_on = interrupt_on
 
-    def run(self, config: ServingConfig, requests: Sequence[Request], load: LoadConfig, *,
-            more=()) -> Trial:
+    def start(self, config: ServingConfig) -> tuple[str, str] | None:
         self.calls += 1
         if self.interrupt_on is not None and self.calls == self.interrupt_on:
             raise KeyboardInterrupt
-        memory = MemoryPeaks(None, int(config.gpu_memory_utilization * 80 * GiB), None, None, 1)
         if config.gpu_memory_utilization == 0.95 and config.max_num_seqs == 256:
-            return Trial("oom", "CUDA out of memory", None, TrialTimings(total_s=0.0),
-                         memory=memory)
+            return "oom", "CUDA out of memory"
+        return None
+
+    def facts(self, config: ServingConfig) -> ServerFacts:
+        return ServerFacts(memory=MemoryPeaks(
+            None, int(config.gpu_memory_utilization * 80 * GiB), None, None, 1))
+
+    def counters(self, config: ServingConfig) -> dict:
+        return {"mean_batch": float(min(config.max_num_seqs, 100))}
+
+    def answer(self, config: ServingConfig, requests: Sequence[Request], load: LoadConfig,
+               index: int) -> Run:
         speed = min(config.max_num_seqs, 128) * (1.1 if config.enable_prefix_caching else 1.0)
         records = []
         for r in requests:
@@ -59,9 +64,7 @@ class FakeBackend:
             chunks = tuple(step * (i + 1) for i in range(r.output_tokens))
             records.append(RequestRecord(r.request_id, 0.0, 0.0, chunks, chunks[-1],
                                          r.prompt_tokens, r.output_tokens, 0, None, None))
-        run = EndpointRun(tuple(records), max(c.end_s for c in records), 0, None, (), None)
-        return Trial("ok", None, run, TrialTimings(total_s=0.0), memory=memory,
-                     facts={"mean_batch": float(min(config.max_num_seqs, 100))})
+        return Run(tuple(records), max(c.end_s for c in records))
 
 
 def _tuner(tmp_path: Path, backend: FakeBackend, *, budget: int, resume: bool = False,

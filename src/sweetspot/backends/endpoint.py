@@ -11,31 +11,23 @@ delay a send). A server without ``/metrics`` simply yields no server-side facts.
 from __future__ import annotations
 
 import threading
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sweetspot._errors import SweetspotError
+from sweetspot.backends.base import Run, Server, Target, Trial, TrialTimings
 from sweetspot.backends.loadgen import LoadConfig, LoadRun, run_load
-from sweetspot.backends.records import RequestRecord
 from sweetspot.spec.requests import Request
 
 if TYPE_CHECKING:
-    from sweetspot.backends.trial import MoreRuns, Trial
+    from sweetspot.spec.knobs import ServingConfig
 
-__all__ = ["EndpointBackend", "EndpointRun", "run_endpoint", "scrape_metrics"]
-
-
-@dataclass(frozen=True, slots=True)
-class EndpointRun:
-    records: tuple[RequestRecord, ...]
-    duration_s: float
-    processes: int  # client processes that sent the load
-    metrics_before: str | None  # /metrics text, None when the server has none
-    metrics_samples: tuple[str, ...]  # scraped every scrape_interval_s during the run
-    metrics_after: str | None
+__all__ = ["EndpointBackend", "run_endpoint", "scrape_metrics"]
 
 
 def scrape_metrics(base_url: str, timeout_s: float = 5.0) -> str | None:
@@ -48,7 +40,7 @@ def scrape_metrics(base_url: str, timeout_s: float = 5.0) -> str | None:
 
 def run_endpoint(requests: Sequence[Request], config: LoadConfig,
                  on_done: Callable[[], None] | None = None,
-                 scrape_interval_s: float = 1.0) -> EndpointRun:
+                 scrape_interval_s: float = 1.0) -> Run:
     before = scrape_metrics(config.base_url)
     samples: list[str] = []
     stop = threading.Event()
@@ -69,8 +61,7 @@ def run_endpoint(requests: Sequence[Request], config: LoadConfig,
         if sampler.is_alive():
             sampler.join()
     after = scrape_metrics(config.base_url) if before is not None else None
-    return EndpointRun(run.records, run.duration_s, run.processes, before, tuple(samples),
-                       after)
+    return Run(run.records, run.duration_s, run.processes, before, tuple(samples), after)
 
 
 class EndpointBackend:
@@ -81,6 +72,7 @@ class EndpointBackend:
     for: the goodput capacity of a live deployment (``--strategy rate``)."""
 
     name = "endpoint"
+    measured = True
 
     def __init__(self, url: str, serving: Any, *, model: str | None = None,
                  scrape_interval_s: float = 0.0,
@@ -100,45 +92,40 @@ class EndpointBackend:
         self.model = model or str(served[0])
         self.scrape_interval_s = scrape_interval_s
 
-    def run(self, config: Any, requests: Sequence[Request], load: LoadConfig, *,
-            more: MoreRuns = ()) -> Trial:
-        import dataclasses
-        import time
+    @classmethod
+    def for_target(cls, target: Target) -> EndpointBackend:
+        return cls(target.options["url"], target.baseline,
+                   model=target.options.get("served_model"), headers=target.headers)
 
-        from sweetspot.backends.trial import (
-            Trial,
-            TrialTimings,
-            every_request_failed,
-            further_runs,
-        )
-
+    @contextmanager
+    def serve(self, config: ServingConfig) -> Iterator[Server]:
+        """The running server, when ``config`` is what it serves; else a refused trial."""
         started = time.monotonic()
+        server = _Served(self)
         if config != self.serving:
-            return Trial("invalid", f"{self.url} runs one configuration; sweetspot cannot "
-                         "change a server it did not start (tune it with --backend vllm)",
-                         None, TrialTimings(total_s=0.0))
-        runs: list[EndpointRun] = []
-        status, cause = "ok", None
-        def one(batch: Sequence[Request], batch_load: LoadConfig) -> bool:
-            """Run one batch; False when the trial must stop (its cause recorded)."""
-            nonlocal status, cause
-            served = dataclasses.replace(batch_load, base_url=self.url, model=self.model)
-            try:
-                runs.append(run_endpoint(batch, served, scrape_interval_s=self.scrape_interval_s))
-            except SweetspotError as exc:
-                status, cause = "crash", str(exc)
-                return False
-            if failed := every_request_failed(runs[-1]):
-                status, cause = failed
-                return False
-            return True
+            server.fail("invalid", f"{self.url} runs one configuration; sweetspot cannot "
+                        "change a server it did not start (tune it with --backend vllm)")
+        try:
+            yield server
+        finally:
+            workload = sum(r.duration_s for r in server.runs) if server.runs else None
+            server.close(Trial(server.status, server.cause, tuple(server.runs),
+                               TrialTimings(workload_s=workload,
+                                            total_s=time.monotonic() - started),
+                               base_url=self.url if server.runs or server.ok else None))
 
-        if one(requests, load):
-            for batch, batch_load in further_runs(more, runs[0]):
-                if not one(batch, batch_load):
-                    break
-        total = time.monotonic() - started
-        workload = sum(r.duration_s for r in runs) if runs else None
-        return Trial(status, cause, runs[0] if runs else None,
-                     TrialTimings(workload_s=workload, total_s=total), base_url=self.url,
-                     more_runs=tuple(runs[1:]))
+
+class _Served(Server):
+    def __init__(self, backend: EndpointBackend) -> None:
+        super().__init__()
+        self.backend = backend
+
+    def _run(self, requests: Sequence[Request], load: LoadConfig,
+             on_done: Callable[[], None] | None) -> Run | None:
+        b = self.backend
+        try:
+            return run_endpoint(requests, replace(load, base_url=b.url, model=b.model), on_done,
+                                scrape_interval_s=b.scrape_interval_s)
+        except SweetspotError as exc:
+            self.fail("crash", str(exc))
+            return None

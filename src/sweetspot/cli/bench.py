@@ -117,9 +117,9 @@ def bench(
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+    from sweetspot.backends.base import every_request_failed
     from sweetspot.backends.endpoint import run_endpoint
     from sweetspot.backends.loadgen import LoadConfig, check_server, request_headers
-    from sweetspot.backends.trial import every_request_failed
     from sweetspot.metrics.run import measure
     from sweetspot.metrics.slo import check_slos, parse_slos
     from sweetspot.spec.loaders import load_workload
@@ -274,7 +274,7 @@ def _print_trial(trial) -> None:
     table = Table(title="Launched server", show_header=False)
     table.add_column("fact")
     table.add_column("value", justify="right")
-    t, facts, memory = trial.timings, trial.startup, trial.memory
+    t, facts, memory = trial.timings, trial.server, trial.server.memory
 
     def seconds(value: float | None) -> str:
         return "-" if value is None else f"{value:.1f}"

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sweetspot._errors import SweetspotError
-from sweetspot.backends.endpoint import EndpointRun
+from sweetspot.backends.base import Run
 from sweetspot.backends.records import RequestRecord
 from sweetspot.metrics.prometheus import ServerFacts, compute_server_facts, parse_metrics
 from sweetspot.metrics.serve import BenchResult, compute_result
@@ -49,7 +49,7 @@ class Measurement:
                 "errors": dict(self.errors)}
 
 
-def measure(run: EndpointRun, *, percentiles: Sequence[float] = (50, 90, 95, 99),
+def measure(run: Run, *, percentiles: Sequence[float] = (50, 90, 95, 99),
             slos: Mapping[str, float] | None = None) -> Measurement:
     result = compute_result(run.records, duration_s=run.duration_s, percentiles=percentiles,
                             slos=slos)

@@ -22,10 +22,10 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from sweetspot.backends.base import Backend, Trial, run_in_order
 from sweetspot.backends.loadgen import LoadConfig
-from sweetspot.backends.trial import MoreRuns, Trial
 from sweetspot.metrics.capacity import SteadyState, steady_state
 from sweetspot.metrics.run import bunched_streams, measure
 from sweetspot.metrics.slo import parse_slos as _parse_slos
@@ -34,22 +34,13 @@ from sweetspot.spec.requests import Request, sample_requests
 from sweetspot.spec.workload import ArrivalSpec, WorkloadSpec
 from sweetspot.tune.picks import RESOLUTION
 
-__all__ = ["LATENCY_KEYS", "Backend", "Evaluator", "config_to_json", "parse_slos",
+__all__ = ["LATENCY_KEYS", "Evaluator", "config_to_json", "parse_slos",
            "traffic_workload"]
 
 STATS = ("mean", "median", "p90", "p95", "p99")
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 LATENCY_KEYS = tuple(f"{s}_{m}_ms" for m in LATENCIES for s in STATS)
 THROUGHPUT_KEYS = ("output_throughput", "request_throughput", "total_token_throughput")
-
-
-class Backend(Protocol):
-    """Where trials run: the simulator, real vLLM servers (``backends.vllm``), a test fake."""
-
-    name: str
-
-    def run(self, config: ServingConfig, requests: Sequence[Request], load: LoadConfig, *,
-            more: MoreRuns = ()) -> Trial: ...
 
 
 def parse_slos(text: str | None) -> dict[str, float]:
@@ -128,7 +119,7 @@ class Evaluator:
 
     @property
     def measured(self) -> bool:
-        return self.backend.name != "sim"
+        return self.backend.measured
 
     def _load(self) -> LoadConfig:
         return LoadConfig(base_url="", model="", max_concurrency=self.max_concurrency,
@@ -159,14 +150,16 @@ class Evaluator:
     def _capacity_load(self, in_flight: int | None) -> LoadConfig:
         return dataclasses.replace(self._load(), max_concurrency=in_flight)
 
-    def _runs(self, config: ServingConfig, seed: int):
+    def _runs(self, config: ServingConfig, seed: int
+              ) -> list[tuple[Sequence[Request], LoadConfig]]:
+        """The capacity run, then the traffic run where the workload offers a rate."""
         first, in_flight = self.capacity_plan(config, seed)
         key = (seed, len(first), self.offered_rate)
         if key not in self._cache:
             more = () if self.offered_rate is None else (self._traffic(self.offered_rate, seed),)
             self._cache[key] = (first, more)
         first, more = self._cache[key]
-        return first, self._capacity_load(in_flight), more
+        return [(first, self._capacity_load(in_flight)), *more]
 
     def _traffic(self, rate: float, seed: int) -> tuple[list[Request], LoadConfig]:
         """The traffic run of the draw ``seed``: the workload offered at ``rate``."""
@@ -180,8 +173,7 @@ class Evaluator:
         prepared = self._prepared.pop((_key(config), repeat), None)
         if prepared is not None:
             return prepared
-        first, load, more = self._runs(config, seed)
-        trial = self.backend.run(config, first, load, more=more)
+        trial = run_in_order(self.backend, config, self._runs(config, seed))
         return self.row(config, trial, seed=seed), trial
 
     def capacity(self, config: ServingConfig,
@@ -192,22 +184,21 @@ class Evaluator:
         evaluator's, and the traffic run follows on the same server: the whole evaluation of
         ``config``, which its first ``evaluate`` then returns instead of starting another."""
         first, in_flight = self.capacity_plan(config, self.seed)
-        measured: list[SteadyState] = []
-
-        def traffic(run) -> list:
-            measured.append(steady_state(run.records, run.duration_s))
-            rate = rate_from(measured[0]) if rate_from is not None else None
-            if rate is None:
-                return []
-            self.rate = rate
-            return [self._traffic(rate, self.seed)]
-
-        trial = self.backend.run(config, first, self._capacity_load(in_flight), more=traffic)
-        if not trial.ok or trial.run is None or not measured:
+        steady = None
+        with self.backend.serve(config) as server:
+            run = server.run(first, self._capacity_load(in_flight))
+            if run is not None:
+                steady = steady_state(run.records, run.duration_s)
+                rate = rate_from(steady) if rate_from is not None else None
+                if rate is not None:
+                    self.rate = rate
+                    server.run(*self._traffic(rate, self.seed))
+        trial = server.trial
+        if not trial.ok or steady is None:
             return None, trial
-        if trial.more_runs:
+        if len(trial.runs) > 1:
             self._prepared[(_key(config), 0)] = (self.row(config, trial, seed=self.seed), trial)
-        return measured[0], trial
+        return steady, trial
 
     def probe_rates(self, config: ServingConfig, rates: Sequence[float], *,
                     repeat: int = 0) -> list[dict]:
@@ -215,46 +206,44 @@ class Evaluator:
         workload's own arrival process (Poisson where it has none: rate inf, closed loops,
         traces); per rate: whether every SLO held, what was missed, the latencies."""
         load = self._load()
-        runs = []
-        for i, rate in enumerate(rates):
-            runs.append(sample_requests(traffic_workload(self.workload, rate),
-                                        self.num_requests,
-                                        seed=self.seed + 104_729 * repeat + 31 * i,
-                                        vocab_size=self.vocab_size))
-        trial = self.backend.run(config, runs[0], load,
-                                 more=[(requests, load) for requests in runs[1:]])
-        done = ([trial.run, *trial.more_runs] if trial.run is not None else [])
-        probes = []
-        for i, rate in enumerate(rates):
-            probe: dict[str, Any] = {"rate": rate, "status": trial.status, "cause": trial.cause}
-            if i < len(done):
-                result = measure(done[i]).result.to_dict()
-                metrics = {k: result[k] for k in (*LATENCY_KEYS, "request_throughput",
-                                                  "failed") if k in result}
-                missed = [k for k, limit in self.slos.items()
-                          if k not in metrics or metrics[k] > limit]
-                failed = bool(metrics.get("failed"))
-                probe.update(metrics=metrics, missed=missed, ok=not missed and not failed)
-                if not failed:
-                    probe.update(status="ok", cause=None)
-                elif trial.ok:
-                    probe.update(status="failed", cause=f"{metrics['failed']} requests failed")
-            else:  # the server failed before this rate ran
-                probe.update(metrics={}, missed=[], ok=False,
-                             status=trial.status if trial.status != "ok" else "crash")
-            probes.append(probe)
-        return probes
+        runs = [(sample_requests(traffic_workload(self.workload, rate), self.num_requests,
+                                 seed=self.seed + 104_729 * repeat + 31 * i,
+                                 vocab_size=self.vocab_size), load)
+                for i, rate in enumerate(rates)]
+        trial = run_in_order(self.backend, config, runs)
+        return [self._probe(rate, trial, trial.runs[i] if i < len(trial.runs) else None)
+                for i, rate in enumerate(rates)]
+
+    def _probe(self, rate: float, trial: Trial, run) -> dict:
+        """One rung of the ladder: its latencies against the SLOs, or how the server failed
+        before it ran."""
+        probe: dict[str, Any] = {"rate": rate, "status": trial.status, "cause": trial.cause}
+        if run is None:  # the server failed before this rate ran
+            probe.update(metrics={}, missed=[], ok=False,
+                         status=trial.status if trial.status != "ok" else "crash")
+            return probe
+        result = measure(run).result.to_dict()
+        metrics = {k: result[k] for k in (*LATENCY_KEYS, "request_throughput", "failed")
+                   if k in result}
+        missed = [k for k, limit in self.slos.items() if k not in metrics or metrics[k] > limit]
+        failed = bool(metrics.get("failed"))
+        probe.update(metrics=metrics, missed=missed, ok=not missed and not failed)
+        if not failed:
+            probe.update(status="ok", cause=None)
+        elif trial.ok:
+            probe.update(status="failed", cause=f"{metrics['failed']} requests failed")
+        return probe
 
     def row(self, config: ServingConfig, trial: Trial, *, seed: int | None = None) -> dict:
         metrics: dict[str, Any] = {}
-        facts = dict(trial.facts)
+        facts = dict(trial.counters)
         failed = None
         offered = self.offered_rate
         over = False
         runs: list[dict] = []
         if trial.ok and trial.run is not None:
             capacity = measure(trial.run)
-            traffic = measure(trial.more_runs[0]) if trial.more_runs else capacity
+            traffic = measure(trial.runs[1]) if len(trial.runs) > 1 else capacity
             cap, lat = capacity.result.to_dict(), traffic.result.to_dict()
             steady = steady_state(trial.run.records, trial.run.duration_s)
             tokens_per_request = (cap["total_input_tokens"] + cap["total_output_tokens"]) / max(
@@ -289,22 +278,19 @@ class Evaluator:
                 seed = self.seed if seed is None else seed
                 runs.append(_run_entry("capacity", trial.run, None, capacity, seed))
                 if traffic is not capacity:
-                    runs.append(_run_entry("traffic", trial.more_runs[0], offered, traffic,
+                    runs.append(_run_entry("traffic", trial.runs[1], offered, traffic,
                                            seed + TRAFFIC_SEED_OFFSET))
         missed = [] if over else [key for key, limit in self.slos.items()
                                   if key not in metrics or metrics[key] > limit]
-        memory = trial.memory
-        memory_bytes = None
-        if memory is not None:
-            memory_bytes = memory.device_bytes if memory.device_bytes is not None \
-                else memory.host_rss_bytes
+        memory = trial.server.memory
+        memory_bytes = memory.held_bytes if memory is not None else None
         row = {
             "config": config_to_json(config),
             "status": trial.status,
             "cause": trial.cause,
             "metrics": metrics,
             "memory_bytes": memory_bytes,
-            "kv_cache_tokens": trial.startup.kv_cache_tokens if trial.startup else None,
+            "kv_cache_tokens": trial.server.kv_cache_tokens,
             "offered_rate": offered,
             "over_capacity": over,
             "slo_ok": trial.ok and not over and not missed and not failed,

@@ -13,7 +13,6 @@ import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sweetspot._errors import SweetspotError
@@ -164,33 +163,12 @@ def resolve_space_and_baseline(settings_space: dict[str, list[str]] | None, chan
 
 
 def _backend(settings: StudySettings, setup, model_ref: str, baseline: ServingConfig):
-    if settings.backend == "endpoint":
-        from sweetspot.backends.endpoint import EndpointBackend
+    """The settings' backend from the registry (``backends.base.BACKENDS``)."""
+    from sweetspot.backends.base import Target, backend_for
 
-        return EndpointBackend(settings.vllm["url"], baseline,
-                               model=settings.vllm.get("served_model"),
-                               headers=settings.headers)
-    if settings.backend == "sim":
-        from sweetspot.backends.sim.backend import SimBackend
-
-        step_model = None
-        if settings.calibration:
-            from sweetspot.backends.sim.calibration import load_calibration
-
-            step_model = load_calibration(Path(settings.calibration), setup.hardware,
-                                          setup.arch).step_model
-        return SimBackend(setup, step_model, seed=settings.seed)
-    from sweetspot.backends.vllm import VllmBackend
-
-    v = settings.vllm
-    version = parse_vllm_version(settings.vllm_version) if v.get("template") else None
-    return VllmBackend(model_ref, trials_dir=Path(v.get("trials_dir", ".sweetspot/trials")),
-                       tokenizer_dir=v.get("tokenizer"), python=v.get("python"),
-                       template=v.get("template"), vllm_version=version,
-                       hardware=setup.hardware, env=v.get("env") or {},
-                       extra_args=v.get("args") or (),
-                       startup_timeout_s=v.get("startup_timeout_s", 600.0),
-                       run_timeout_s=v.get("run_timeout_s"))
+    return backend_for(settings.backend, Target(
+        setup, model_ref, baseline, options=settings.vllm, vllm_version=settings.vllm_version,
+        seed=settings.seed, calibration=settings.calibration, headers=settings.headers))
 
 
 @dataclass(frozen=True)

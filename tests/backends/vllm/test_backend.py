@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
+from sweetspot.backends.base import run_in_order
 from sweetspot.backends.loadgen import LoadConfig
 from sweetspot.backends.vllm import VllmBackend, split_serve_command
 from sweetspot.backends.vllm.memory import group_pids
@@ -63,7 +64,7 @@ def test_ok_trial_has_records_timings_and_memory(tmp_path: Path) -> None:
     t = trial.timings
     assert t.startup_s > 0 and t.warmup_s > 0 and t.workload_s > 0 and t.teardown_s > 0
     assert t.total_s >= t.startup_s + t.warmup_s + t.workload_s
-    assert trial.memory.host_rss_bytes > 10 * 2**20  # a Python process holds more than 10 MiB
+    assert trial.server.memory.host_rss_bytes > 10 * 2**20  # a Python process: over 10 MiB
     assert trial.run.metrics_before is not None and trial.run.metrics_after is not None
     assert trial.log_path.exists() and trial.log_path.parent.name == "trial-0001"
     assert trial.server_pid in trial.server_pids
@@ -88,7 +89,7 @@ def test_refused_options_start_no_process(tmp_path: Path) -> None:
 def test_config_checked_before_rendering(tmp_path: Path) -> None:
     config = ServingConfig(max_num_seqs=256, max_num_batched_tokens=128)
     backend = _backend(tmp_path, template="false", hardware=load_hardware("cpu"))
-    trial = backend.run(config, _requests(), LOAD)
+    trial = run_in_order(backend, config, [(_requests(), LOAD)])
     assert trial.status == "invalid"
     assert "max_num_batched_tokens (128) must be greater than or equal to max_num_seqs" \
         in trial.cause

@@ -131,18 +131,21 @@ def test_a_value_vllm_refuses_is_invalid_at_once_in_its_words(vllm_python: Path,
 
 def test_a_real_server_with_an_api_key(vllm_python: Path, tiny: TinyModel,
                                        tmp_path: Path) -> None:
-    """vLLM started with --api-key: requests without its key are refused (401), and a run of
-    only those is a failed trial, "auth"; with the key (which the launcher sends by itself)
-    the same server serves them."""
+    """vLLM started with --api-key serves requests with its key (which the launcher sends by
+    itself); the same server refuses requests with another key (401), and a run of only those
+    fails the trial as "auth"."""
     backend = VllmBackend(str(tiny.model_dir), trials_dir=tmp_path / "trials",
                           tokenizer_dir=str(tiny.tokenizer_dir), python=str(vllm_python),
                           dummy_weights=True)
     requests = [Request(i, 0.0, tuple(range(5, 21)), 4) for i in range(4)]
     wrong = LoadConfig("", "", headers=(("Authorization", "Bearer wrong"),))
-    trial = backend.run_args(["--api-key", "sekret", *SERVER_ARGS], requests, wrong,
-                             more=[(requests, LoadConfig("", ""))])
+    with backend.serve_args(["--api-key", "sekret", *SERVER_ARGS]) as server:
+        assert server.run(requests, LoadConfig("", "")) is not None  # the launcher's own key
+        assert server.run(requests, wrong) is None
+    trial = server.trial
     assert trial.status == "auth", trial.cause
     assert "HTTP 401" in trial.cause and "--api-key" in trial.cause
-    assert all(r.error is None for r in trial.more_runs[0].records)  # the launcher's own key
+    assert all(r.error is None for r in trial.runs[0].records)
+    assert all(r.error.startswith("HTTP 401") for r in trial.runs[1].records)
     assert "sekret" not in json.dumps(trial.to_dict())
     assert_gone(trial.server_pids)

@@ -1,25 +1,35 @@
 """The simulator behind the ``Backend`` seam: a trial predicted instead of measured.
 
 Same inputs as the real backend (a ``ServingConfig``, requests, the load generator's settings)
-and the same ``Trial`` out: per-request records in an ``EndpointRun`` (no ``/metrics`` texts; the
-simulator's own counters go into ``facts``), the KV capacity as vLLM would log it, and the device
-memory the memory model says the server would hold.
+and the same ``Trial`` out: per-request records in a ``Run`` (no ``/metrics`` texts; the
+simulator's own counters go into ``counters``), the KV capacity as vLLM would log it, and the
+device memory the memory model says the server would hold. Serving a configuration is its
+simulated start-up (vLLM's checks, the memory model); each run is simulated on a fresh server
+of it (a real server is reused, so only its prefix cache can differ).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from sweetspot.backends.endpoint import EndpointRun
+from sweetspot.backends.base import (
+    MemoryPeaks,
+    Run,
+    Server,
+    ServerFacts,
+    Target,
+    Trial,
+    TrialTimings,
+)
 from sweetspot.backends.loadgen import LoadConfig
+from sweetspot.backends.records import RequestRecord
 from sweetspot.backends.sim.cost import StepTimeModel
-from sweetspot.backends.sim.simulator import SimSetup, simulate
-from sweetspot.backends.trial import MoreRuns, Trial, TrialTimings, further_runs
-from sweetspot.backends.vllm.logs import StartupFacts
-from sweetspot.backends.vllm.memory import MemoryPeaks
+from sweetspot.backends.sim.simulator import SimSetup, SimStart, simulate, start
 from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.requests import Request
 
@@ -30,58 +40,84 @@ class SimBackend:
     """Trials of one hardware + model + release, predicted by the simulator."""
 
     name = "sim"
+    measured = False
 
     def __init__(self, setup: SimSetup, model: StepTimeModel | None = None, seed: int = 0):
         self.setup = setup  # its config is replaced per trial
         self.model = model  # a calibrated step-time model, or None for the roofline
         self.seed = seed
 
+    @classmethod
+    def for_target(cls, target: Target) -> SimBackend:
+        step_model = None
+        if target.calibration:
+            from sweetspot.backends.sim.calibration import load_calibration
+
+            step_model = load_calibration(Path(target.calibration), target.setup.hardware,
+                                          target.setup.arch).step_model
+        return cls(target.setup, step_model, seed=target.seed)
+
     @property
     def version(self):
         return self.setup.version
 
-    def run(self, config: ServingConfig, requests: Sequence[Request], load: LoadConfig, *,
-            more: MoreRuns = (), **_: Any) -> Trial:
-        """One trial; each of ``more`` is simulated on a fresh server of the same config (the
-        real backend reuses one server, so only its prefix cache can differ)."""
+    @contextmanager
+    def serve(self, config: ServingConfig) -> Iterator[Server]:
         started_s = time.monotonic()
-        setup = dataclasses.replace(self.setup, config=config)
-        run = simulate(setup, requests, max_concurrency=load.max_concurrency, model=self.model,
-                       seed=self.seed)
-        more_runs = []
-        endpoint = _endpoint_run(run.records) if run.status == "ok" else None
-        if endpoint is not None:
-            for extra_requests, extra_load in further_runs(more, endpoint):
-                extra = simulate(setup, extra_requests, max_concurrency=extra_load.max_concurrency,
-                                 model=self.model, seed=self.seed)
-                more_runs.append(_endpoint_run(extra.records))
-        memory = run.memory
-        startup = None
-        peaks = None
-        if memory is not None:
-            startup = StartupFacts(
-                kv_cache_tokens=memory.kv_cache_tokens if memory.ok else None,
-                max_concurrency=memory.max_concurrency if memory.ok else None,
-                max_model_len=memory.max_model_len, kv_cache_bytes=max(memory.kv_cache_bytes, 0),
-                model_load_bytes=memory.weight_bytes, model_load_s=None,
-                device="CPU" if setup.hardware.is_cpu else "GPU")
-            peaks = MemoryPeaks(host_rss_bytes=None, device_bytes=memory.peak_device_bytes,
-                                device_used_bytes=memory.peak_device_bytes,
-                                device_baseline_bytes=0, samples=0)
-        facts: dict[str, Any] = {}
-        if run.status == "ok":
+        server = _SimServer(self, dataclasses.replace(self.setup, config=config))
+        try:
+            yield server
+        finally:
+            server.close(Trial(
+                server.status, server.cause, tuple(server.runs),
+                TrialTimings(total_s=time.monotonic() - started_s),  # simulated time: records
+                server=server.facts, counters=server.counters,
+                vllm_version=str(self.setup.version)))
+
+
+class _SimServer(Server):
+    def __init__(self, backend: SimBackend, setup: SimSetup) -> None:
+        super().__init__()
+        self.backend, self.setup = backend, setup
+        started = start(setup)
+        self.facts = _facts(started, setup)
+        self.counters: dict[str, Any] = {}
+        if started.status != "ok":
+            self.fail(started.status, started.cause or started.status)
+
+    def _run(self, requests: Sequence[Request], load: LoadConfig,
+             on_done: Callable[[], None] | None) -> Run | None:
+        run = simulate(self.setup, requests, max_concurrency=load.max_concurrency,
+                       model=self.backend.model, seed=self.backend.seed)
+        if run.status != "ok":  # the start-up said so already; a changed setup would
+            self.fail(run.status, run.cause or run.status)
+            return None
+        if not self.counters:  # the first run's, as a real server's log would say
             f = run.facts
-            facts = {"preemptions": f.preemptions, "peak_kv_usage": f.peak_kv_usage,
-                     "mean_batch": f.mean_batch, "steps": f.steps,
-                     "prefix_hit_rate": f.prefix_hit_rate,
-                     "compute_bound_share": f.compute_bound_share,
-                     "spec_acceptance_rate": f.spec_acceptance_rate}
-        elapsed = time.monotonic() - started_s
-        timings = TrialTimings(total_s=elapsed)  # simulated time is in the records
-        return Trial(run.status, run.cause, endpoint, timings, startup=startup, memory=peaks,
-                     vllm_version=str(setup.version), facts=facts, more_runs=tuple(more_runs))
+            self.counters = {"preemptions": f.preemptions, "peak_kv_usage": f.peak_kv_usage,
+                             "mean_batch": f.mean_batch, "steps": f.steps,
+                             "prefix_hit_rate": f.prefix_hit_rate,
+                             "compute_bound_share": f.compute_bound_share,
+                             "spec_acceptance_rate": f.spec_acceptance_rate}
+        return _as_run(run.records)
 
 
-def _endpoint_run(records) -> EndpointRun:
+def _facts(started: SimStart, setup: SimSetup) -> ServerFacts:
+    """What vLLM would log starting this configuration, and the memory it would hold."""
+    memory = started.memory
+    if memory is None:
+        return ServerFacts()
+    peaks = MemoryPeaks(host_rss_bytes=None, device_bytes=memory.peak_device_bytes,
+                        device_used_bytes=memory.peak_device_bytes, device_baseline_bytes=0,
+                        samples=0)
+    return ServerFacts(
+        kv_cache_tokens=memory.kv_cache_tokens if memory.ok else None,
+        max_concurrency=memory.max_concurrency if memory.ok else None,
+        max_model_len=memory.max_model_len, kv_cache_bytes=max(memory.kv_cache_bytes, 0),
+        model_load_bytes=memory.weight_bytes, model_load_s=None,
+        device="CPU" if setup.hardware.is_cpu else "GPU", memory=peaks)
+
+
+def _as_run(records: tuple[RequestRecord, ...]) -> Run:
     ends = [r.end_s for r in records if r.end_s is not None]
-    return EndpointRun(tuple(records), max(ends, default=0.0), 0, None, (), None)
+    return Run(records, max(ends, default=0.0))

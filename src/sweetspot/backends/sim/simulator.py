@@ -35,7 +35,7 @@ from sweetspot.spec.model import ModelArch
 from sweetspot.spec.quant import Quantization
 from sweetspot.spec.requests import Request
 
-__all__ = ["SimFacts", "SimRun", "SimSetup", "simulate"]
+__all__ = ["SimFacts", "SimRun", "SimSetup", "SimStart", "simulate", "start"]
 
 MAX_STEPS = 5_000_000  # a guard against a scheduler that stops making progress
 
@@ -113,6 +113,69 @@ def _failed(status: str, cause: str, config: ServingConfig, memory=None) -> SimR
     return SimRun(status, cause, (), memory, None, config)
 
 
+@dataclass(frozen=True, slots=True)
+class SimStart:
+    """The simulated server's start-up: vLLM's defaults filled in, its checks, its memory.
+    ``status`` is "ok", "invalid" (vLLM would refuse the options) or "oom" (no room for the
+    weights or the KV cache); ``cause`` says why in vLLM's words."""
+
+    status: str
+    cause: str | None
+    config: ServingConfig  # with vLLM's defaults filled in
+    memory: MemoryEstimate | None  # None where the options were refused first
+    speculation: object | None = None  # the speculative plan (``plan_speculation``)
+    v0: bool = False  # the pre-V1 engine runs (multi-step scheduling)
+
+
+def start(setup: SimSetup) -> SimStart:
+    """What starting ``setup``'s server would do, without running anything."""
+    hw, arch, version = setup.hardware, setup.arch, setup.version
+    config = resolve_defaults(setup.config, version, hw, arch.max_position_embeddings)
+    errors = [p for p in validate_config(setup.config, version, hw, arch)
+              if p.severity == "error"]
+    if errors:
+        return SimStart("invalid", "; ".join(p.message for p in errors), config, None)
+    spec = plan_speculation(config.speculative, arch, setup.spec_acceptance)
+    if isinstance(spec, str):
+        return SimStart("invalid", spec, config, None)
+    memory = estimate_memory(arch, setup.quant, hw, config, version, draft=spec.draft,
+                             cpu_kvcache_space_bytes=setup.cpu_kvcache_space_bytes)
+    if not memory.ok:
+        return SimStart("oom", memory.failure, config, memory)
+    v0 = setup.engine == "v0" or (setup.engine == "auto" and (config.num_scheduler_steps or 1) > 1)
+    return SimStart("ok", None, config, memory, spec, v0)
+
+
+def _roofline(setup: SimSetup, started: SimStart) -> StepTimeModel:
+    """The step-time model of the catalog hardware, for the started configuration."""
+    config, spec = started.config, started.speculation
+    return RooflineModel(
+        setup.hardware, setup.arch, setup.quant, tensor_parallel_size=config.tensor_parallel_size,
+        kv_bytes_per_token=setup.arch.kv_bytes_per_token(config.kv_cache_dtype,
+                                                         config.tensor_parallel_size),
+        enforce_eager=bool(config.enforce_eager), draft=spec.draft,
+        cpu_drafting=spec.cpu_drafting, v0=started.v0)
+
+
+def _scheduler(started: SimStart, seed: int) -> Scheduler:
+    config, spec, v0 = started.config, started.speculation, started.v0
+    sched_cfg = SchedulerConfig(
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        block_size=config.block_size,
+        num_blocks=started.memory.num_blocks,
+        chunked_prefill=bool(config.enable_chunked_prefill) and not v0,
+        long_prefill_threshold=config.long_prefill_token_threshold or 0,
+        prefix_caching=bool(config.enable_prefix_caching),
+        priority=config.scheduling_policy == "priority",
+        spec_tokens=spec.k,
+        v0=v0,
+        multi_step=(config.num_scheduler_steps or 1) if v0 else 1,
+    )
+    rng = np.random.default_rng(seed)
+    return Scheduler(sched_cfg, spec.drawer(rng) if spec.k else None)
+
+
 def simulate(
     setup: SimSetup,
     requests: Sequence[Request],
@@ -130,45 +193,16 @@ def simulate(
     ``warmup`` copies of the first request run to completion before the clock starts, as the
     test prompt ``vllm bench serve`` sends first: its prompt then sits in the prefix cache.
     """
-    hw, arch, version = setup.hardware, setup.arch, setup.version
-    config = resolve_defaults(setup.config, version, hw, arch.max_position_embeddings)
-    errors = [p for p in validate_config(setup.config, version, hw, arch)
-              if p.severity == "error"]
-    if errors:
-        return _failed("invalid", "; ".join(p.message for p in errors), config)
-    spec = plan_speculation(config.speculative, arch, setup.spec_acceptance)
-    if isinstance(spec, str):
-        return _failed("invalid", spec, config)
-    memory = estimate_memory(arch, setup.quant, hw, config, version, draft=spec.draft,
-                             cpu_kvcache_space_bytes=setup.cpu_kvcache_space_bytes)
-    if not memory.ok:
-        return _failed("oom", memory.failure, config, memory)
-    v0 = setup.engine == "v0" or (setup.engine == "auto" and (config.num_scheduler_steps or 1) > 1)
-    if model is None:
-        model = RooflineModel(
-            hw, arch, setup.quant, tensor_parallel_size=config.tensor_parallel_size,
-            kv_bytes_per_token=arch.kv_bytes_per_token(config.kv_cache_dtype,
-                                                       config.tensor_parallel_size),
-            enforce_eager=bool(config.enforce_eager), draft=spec.draft,
-            cpu_drafting=spec.cpu_drafting, v0=v0)
-    sched_cfg = SchedulerConfig(
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        block_size=config.block_size,
-        num_blocks=memory.num_blocks,
-        chunked_prefill=bool(config.enable_chunked_prefill) and not v0,
-        long_prefill_threshold=config.long_prefill_token_threshold or 0,
-        prefix_caching=bool(config.enable_prefix_caching),
-        priority=config.scheduling_policy == "priority",
-        spec_tokens=spec.k,
-        v0=v0,
-        multi_step=(config.num_scheduler_steps or 1) if v0 else 1,
-    )
-    rng = np.random.default_rng(seed)
-    scheduler = Scheduler(sched_cfg, spec.drawer(rng) if spec.k else None)
+    started = start(setup)
+    if started.status != "ok":
+        return _failed(started.status, started.cause, started.config, started.memory)
+    config = started.config
+    model = model or _roofline(setup, started)
+    scheduler = _scheduler(started, seed)
+
     def new_loop(limit: int | None, keep_trace: bool) -> _Loop:
         return _Loop(scheduler, model,
-                     async_scheduling=bool(config.async_scheduling) and not v0,
+                     async_scheduling=bool(config.async_scheduling) and not started.v0,
                      max_model_len=config.max_model_len, max_concurrency=limit, trace=keep_trace)
 
     loop = new_loop(max_concurrency, trace)
@@ -185,7 +219,17 @@ def simulate(
     finally:
         if collecting:
             gc.enable()
-    facts = SimFacts(
+    step_trace = None
+    if trace:
+        step_trace = StepTrace(np.asarray(loop.starts), np.asarray(loop.durations),
+                               tuple(loop.shapes))
+    return SimRun("ok", None, records, started.memory,
+                  _facts(started.memory, setup.version, scheduler, loop), config, step_trace)
+
+
+def _facts(memory: MemoryEstimate, version: Version, scheduler: Scheduler,
+           loop: _Loop) -> SimFacts:
+    return SimFacts(
         kv_cache_tokens=memory.kv_cache_tokens,
         num_blocks=memory.num_blocks,
         max_concurrency=memory.max_concurrency,
@@ -200,11 +244,6 @@ def simulate(
         spec_draft_tokens=loop.spec_draft_tokens,
         spec_accepted_tokens=loop.spec_accepted_tokens,
     )
-    step_trace = None
-    if trace:
-        step_trace = StepTrace(np.asarray(loop.starts), np.asarray(loop.durations),
-                               tuple(loop.shapes))
-    return SimRun("ok", None, records, memory, facts, config, step_trace)
 
 
 class _Loop:

@@ -15,38 +15,35 @@ Failures are classified by vLLM's decisive log line (``logs.classify_failure``):
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import shlex
 import sys
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 from packaging.version import Version
 
 from sweetspot._errors import SweetspotError
-from sweetspot.backends.endpoint import run_endpoint
-from sweetspot.backends.loadgen import LoadConfig, run_load
-from sweetspot.backends.trial import (
-    MoreRuns,
+from sweetspot.backends.base import (
+    Server,
+    Target,
     Trial,
-    TrialTimings,
-    every_request_failed,
-    further_runs,
 )
+from sweetspot.backends.loadgen import LoadConfig
 from sweetspot.backends.vllm.guard import TRIAL_ENV, reap_orphans
 from sweetspot.backends.vllm.installed import InstalledVllm, detect_vllm
-from sweetspot.backends.vllm.logs import classify_failure, parse_startup
+from sweetspot.backends.vllm.logs import classify_failure
 from sweetspot.backends.vllm.memory import MemorySampler
+from sweetspot.backends.vllm.served import Phases, VllmServer, one_line, read_log, refused
 from sweetspot.backends.vllm.server import (
     DUMMY_WEIGHTS,
     ServerHandle,
     ServerStartError,
     ServerStartTimeout,
-    _signal_group,
     free_port,
     launch_server,
     server_argv,
@@ -57,6 +54,7 @@ from sweetspot.engine.validate import validate_config
 from sweetspot.spec.hardware import Hardware
 from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.requests import Request
+from sweetspot.spec.version import parse_vllm_version
 
 __all__ = ["TRIAL_ENV", "VllmBackend", "split_serve_command"]
 
@@ -88,7 +86,8 @@ class VllmBackend:
     ``dummy_weights``: random weights (``--load-format dummy``) instead of the model's own.
     """
 
-    name = "vllm"  # the tuner's ``Backend.name``
+    name = "vllm"
+    measured = True
 
     def __init__(
         self,
@@ -132,6 +131,18 @@ class VllmBackend:
         self.reaped = reap_orphans()
         for reaped in self.reaped:
             print(f"sweetspot: {reaped.describe()}", file=sys.stderr)
+
+    @classmethod
+    def for_target(cls, target: Target) -> VllmBackend:
+        v = target.options
+        version = parse_vllm_version(target.vllm_version) if v.get("template") else None
+        return cls(target.model_ref, trials_dir=Path(v.get("trials_dir", ".sweetspot/trials")),
+                   tokenizer_dir=v.get("tokenizer"), python=v.get("python"),
+                   template=v.get("template"), vllm_version=version,
+                   hardware=target.setup.hardware, env=v.get("env") or {},
+                   extra_args=v.get("args") or (),
+                   startup_timeout_s=v.get("startup_timeout_s", 600.0),
+                   run_timeout_s=v.get("run_timeout_s"))
 
     @property
     def installed(self) -> InstalledVllm | None:
@@ -187,16 +198,15 @@ class VllmBackend:
         except (SweetspotError, OSError, ValueError):
             return None
 
-    def run(self, config: ServingConfig, requests: Sequence[Request], load: LoadConfig,
-            **kwargs) -> Trial:
-        """A trial of ``config``: validated against the release, rendered, launched."""
+    def serve(self, config: ServingConfig) -> AbstractContextManager[Server]:
+        """``config`` validated against the release, rendered and launched."""
         started_s = time.monotonic()
         errors = [p for p in validate_config(config, self.version, self.hardware)
                   if p.severity == "error"]
         if errors:
-            return _refused(errors[0].message, tuple(p.message for p in errors), started_s,
+            return refused(errors[0].message, tuple(p.message for p in errors), started_s,
                             str(self.version))
-        return self.run_args(self.config_args(config), requests, load, **kwargs)
+        return self.serve_args(self.config_args(config))
 
     def config_args(self, config: ServingConfig) -> list[str]:
         """The server options of ``config`` (no program, no model), fixed extras last."""
@@ -214,188 +224,80 @@ class VllmBackend:
         """"dummy" or "real": what a server with the options ``args`` loads."""
         return weights_of([*(DUMMY_WEIGHTS if self.dummy_weights else ()), *args])
 
-    def run_args(
+    def run_args(self, args: Sequence[str], requests: Sequence[Request], load: LoadConfig,
+                 *, on_done: Callable[[], None] | None = None, **serve: Any) -> Trial:
+        """One run of ``requests`` on a server of the options ``args`` (``serve_args``)."""
+        with self.serve_args(args, **serve) as server:
+            server.run(requests, load, on_done)
+        return server.trial
+
+    @contextmanager
+    def serve_args(
         self,
         args: Sequence[str],
-        requests: Sequence[Request],
-        load: LoadConfig,
         *,
         name: str | None = None,  # the trial's folder under trials_dir
         keep_server: bool = False,
         on_ready: Callable[[ServerHandle], None] | None = None,
-        on_done: Callable[[], None] | None = None,
         scrape_interval_s: float = 1.0,
-        more: MoreRuns = (),
-    ) -> Trial:
-        """A trial of the server options ``args`` (no program, no model): see the module
-        docstring. ``load`` supplies everything of the load generator but the URL and model.
-        ``more``: further (requests, load) runs on the same server after the first; their
-        results are the trial's ``more_runs``."""
+    ) -> Iterator[Server]:
+        """A server of the options ``args`` (no program, no model): see the module docstring.
+        Each run's ``load`` supplies everything of the load generator but the URL and model."""
         started_s = time.monotonic()
-        phase = _Phases(started_s)
+        phase = Phases(started_s)
         problems = self.check(args)  # SweetspotError: no usable vLLM, the caller's input
         if problems:
-            return _refused(problems[0], tuple(problems), started_s, str(self.version))
+            with refused(problems[0], tuple(problems), started_s, str(self.version)) as server:
+                yield server
+            return
         phase.check_s = time.monotonic() - started_s
         folder = _new_folder(self.trials_dir, name)
-        log_path = folder / "vllm.log"
+        server = VllmServer(self, phase, folder / "vllm.log", scrape_interval_s)
         sampler = MemorySampler(self.memory_interval_s)
-        outcome: dict = {}
         try:
-            try:
-                with launch_server(
-                    self.python, self.model_dir, tokenizer_dir=self.tokenizer_dir, args=args,
-                    env={**self.env, TRIAL_ENV: str(folder.absolute())}, log_path=log_path,
-                    startup_timeout_s=self.startup_timeout_s,
-                    stop_timeout_s=self.stop_timeout_s, template=self.template,
-                    on_spawn=sampler.start, keep_running=keep_server,
-                    dummy_weights=self.dummy_weights,
-                ) as handle:
-                    phase.startup_s = handle.startup_s
-                    outcome["handle"] = handle
-                    if on_ready is not None:
-                        on_ready(handle)
-                    self._measure(handle, requests, load, phase, outcome, on_done,
-                                  scrape_interval_s, more)
-                    phase.stopping_s = time.monotonic()
-            except ServerStartTimeout as exc:
-                return self._failed("timeout", _one_line(exc), exc.log_tail, phase, log_path,
-                                    sampler, args)
-            except ServerStartError as exc:
-                log = _read(log_path)
-                if not log.strip():  # it never ran: a missing interpreter, a bad template
-                    return self._failed("crash", _one_line(exc), (), phase, log_path, sampler,
-                                        args)
-                failure = classify_failure(log)
-                return self._failed(failure.status, failure.cause, failure.lines, phase,
-                                    log_path, sampler, args)
-            if not keep_server:
+            with ExitStack() as stack:
+                handle = self._launch(stack, server, args, folder, sampler, keep_server)
+                if handle is not None and on_ready is not None:
+                    on_ready(handle)
+                try:
+                    yield server
+                finally:
+                    server.stopping()
+            if handle is None or not keep_server:
                 sampler.wait_device_free()
             phase.stopped_s = time.monotonic()
         finally:
-            outcome["memory"] = sampler.stop()
-            outcome["pids"] = set(sampler.pids_seen)
+            memory = sampler.stop()
+            pids = tuple(sorted(sampler.pids_seen))
+            pgid = sampler.pgid
             sampler.close()
-        return self._finish(outcome, phase, log_path, keep_server, args)
+            server.close(server.trial_of(args, memory, pids, pgid, kept=keep_server))
 
-    def _measure(self, handle: ServerHandle, requests: Sequence[Request], load: LoadConfig,
-                 phase: _Phases, outcome: dict, on_done, scrape_interval_s: float,
-                 more: MoreRuns = ()) -> None:
-        served = self._served(load, handle)
-        watchdog = _Watchdog(handle.pid, self.run_timeout_s)
+    def _launch(self, stack: ExitStack, server: VllmServer, args: Sequence[str], folder: Path,
+                sampler: MemorySampler, keep_server: bool) -> ServerHandle | None:
+        """The server started (stopped when ``stack`` closes), or None: it failed to start, and
+        ``server`` says how."""
         try:
-            warm_s = time.monotonic()
-            if self.warmup_requests and requests:
-                warmup = [Request(-1 - i, 0.0, requests[0].prompt_token_ids, 16)
-                          for i in range(self.warmup_requests)]
-                run_load(warmup, served)
-            phase.warmup_s = time.monotonic() - warm_s
-            outcome["run"] = run_endpoint(requests, served, on_done,
-                                          scrape_interval_s=scrape_interval_s)
-            outcome["more"] = []
-            for extra_requests, extra_load in further_runs(more, outcome["run"]):
-                if not handle.alive() or watchdog.fired:
-                    break
-                outcome["more"].append(run_endpoint(
-                    extra_requests, self._served(extra_load, handle), on_done,
-                    scrape_interval_s=scrape_interval_s))
-        finally:
-            watchdog.cancel()
-        outcome["timed_out"] = watchdog.fired
-        runs = [outcome.get("run"), *outcome.get("more", ())]
-        failed = any(r is None or any(rec.error for rec in r.records) for r in runs)
-        # Requests that failed may mean a dying server: give it a moment to be seen dead.
-        outcome["alive"] = handle.alive(grace_s=_DEATH_GRACE_S if failed else 0.0)
+            handle = stack.enter_context(launch_server(
+                self.python, self.model_dir, tokenizer_dir=self.tokenizer_dir, args=args,
+                env={**self.env, TRIAL_ENV: str(folder.absolute())}, log_path=server.log_path,
+                startup_timeout_s=self.startup_timeout_s, stop_timeout_s=self.stop_timeout_s,
+                template=self.template, on_spawn=sampler.start, keep_running=keep_server,
+                dummy_weights=self.dummy_weights))
+        except ServerStartTimeout as exc:
+            server.fail("timeout", one_line(exc), exc.log_tail)
+            return None
+        except ServerStartError as exc:
+            log = read_log(server.log_path)
+            if not log.strip():  # it never ran: a missing interpreter, a bad template
+                server.fail("crash", one_line(exc))
+            else:
+                failure = classify_failure(log)
+                server.fail(failure.status, failure.cause, failure.lines)
+            return None
+        server.started(handle)
+        return handle
 
-    def _served(self, load: LoadConfig, handle: ServerHandle) -> LoadConfig:
-        """``load`` aimed at the launched server, with the API key it was started with (its
-        ``--api-key`` or ``VLLM_API_KEY``) unless the load brings its own."""
-        headers = load.headers
-        key = _api_key(handle.argv) or self.env.get("VLLM_API_KEY")
-        if key and not any(name.lower() == "authorization" for name, _ in headers):
-            headers = (("Authorization", f"Bearer {key}"), *headers)
-        return dataclasses.replace(load, base_url=handle.base_url, model=self.model_dir,
-                                   warmup_requests=0, headers=headers)
-
-    def _finish(self, outcome: dict, phase: _Phases, log_path: Path, kept: bool,
-                args: Sequence[str]) -> Trial:
-        handle: ServerHandle = outcome["handle"]
-        run = outcome.get("run")
-        log = _read(log_path)
-        status, cause, lines = "ok", None, ()
-        failed = next(filter(None, map(every_request_failed,
-                                       [run, *outcome.get("more", ())])), None)
-        if outcome.get("timed_out"):
-            status = "timeout"
-            cause = f"the workload ran past the run deadline of {self.run_timeout_s:g} s"
-        elif not outcome.get("alive", True):
-            failure = classify_failure(log)
-            status, cause, lines = ("oom" if failure.status == "oom" else "crash",
-                                    f"the server died during the run: {failure.cause}",
-                                    failure.lines)
-        elif failed:
-            status, cause = failed
-        workload_s = None
-        if run is not None:
-            workload_s = run.duration_s + sum(r.duration_s for r in outcome.get("more", ()))
-        timings = TrialTimings(
-            check_s=phase.check_s, startup_s=phase.startup_s, warmup_s=phase.warmup_s,
-            workload_s=workload_s,
-            teardown_s=None if kept else (phase.stopped_s or 0) - (phase.stopping_s or 0),
-            total_s=time.monotonic() - phase.started_s,
-        )
-        return Trial(status, cause, run, timings, argv=handle.argv, log_lines=tuple(lines),
-                     log_path=log_path, vllm_version=str(self.version),
-                     startup=parse_startup(log), memory=outcome.get("memory"),
-                     base_url=handle.base_url, server_pid=handle.pid,
-                     server_pids=tuple(sorted(outcome.get("pids", ()))), kept=kept,
-                     more_runs=tuple(outcome.get("more", ())), weights=self.weights(args))
-
-    def _failed(self, status: str, cause: str, lines: Sequence[str], phase: _Phases,
-                log_path: Path, sampler: MemorySampler, args: Sequence[str]) -> Trial:
-        sampler.wait_device_free()
-        timings = TrialTimings(check_s=phase.check_s, startup_s=phase.startup_s,
-                               total_s=time.monotonic() - phase.started_s)
-        return Trial(status, cause, None, timings, log_lines=tuple(lines), log_path=log_path,
-                     vllm_version=str(self.version), startup=parse_startup(_read(log_path)),
-                     memory=sampler.stop(), server_pid=sampler.pgid,
-                     server_pids=tuple(sorted(sampler.pids_seen)), weights=self.weights(args))
-
-
-@dataclasses.dataclass
-class _Phases:
-    started_s: float
-    check_s: float | None = None
-    startup_s: float | None = None
-    warmup_s: float | None = None
-    stopping_s: float | None = None
-    stopped_s: float | None = None
-
-
-_DEATH_GRACE_S = 2.0
-
-
-class _Watchdog:
-    """Kills the server's group when the run deadline passes, so every open request fails at
-    once and the load generator returns."""
-
-    def __init__(self, pgid: int, timeout_s: float | None) -> None:
-        self.fired = False
-        self._timer = None
-        if timeout_s is not None:
-            self._timer = threading.Timer(timeout_s, self._fire, args=(pgid,))
-            self._timer.daemon = True
-            self._timer.start()
-
-    def _fire(self, pgid: int) -> None:
-        import signal
-
-        self.fired = True
-        _signal_group(pgid, signal.SIGKILL)
-
-    def cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
 
 
 def _new_folder(parent: Path, name: str | None) -> Path:
@@ -417,30 +319,3 @@ def _new_folder(parent: Path, name: str | None) -> Path:
                 number += 1
     except OSError as exc:
         raise SweetspotError(f"cannot create a trial folder under {parent}: {exc}") from None
-
-
-def _refused(cause: str, lines: tuple[str, ...], started_s: float, version: str) -> Trial:
-    return Trial("invalid", cause, None, TrialTimings(total_s=time.monotonic() - started_s),
-                 log_lines=lines, vllm_version=version)
-
-
-def _api_key(argv: Sequence[str]) -> str | None:
-    """The value of the last ``--api-key`` in a server's command line (vLLM's own rule)."""
-    key = None
-    for i, arg in enumerate(argv):
-        if arg == "--api-key" and i + 1 < len(argv):
-            key = argv[i + 1]
-        elif arg.startswith("--api-key="):
-            key = arg.split("=", 1)[1]
-    return key
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())

@@ -16,7 +16,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Failure", "StartupFacts", "classify_failure", "parse_startup"]
+from sweetspot.backends.base import ServerFacts
+
+__all__ = ["Failure", "classify_failure", "parse_startup"]
 
 _KV_TOKENS = re.compile(r"(GPU|CPU|XPU|TPU|\w+)? ?KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
@@ -28,25 +30,12 @@ _CPU_KV_SPACE = re.compile(r"Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache
 _ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
 
 
-@dataclass(frozen=True, slots=True)
-class StartupFacts:
-    """What the server reported while starting; None where the log did not say."""
-
-    kv_cache_tokens: int | None
-    max_concurrency: float | None  # requests of max_model_len that fit at once
-    max_model_len: int | None  # the length the concurrency line refers to
-    kv_cache_bytes: int | None
-    model_load_bytes: int | None
-    model_load_s: float | None
-    device: str | None  # "GPU", "CPU", ... as the KV line names it
-    engine_init_s: float | None = None  # profiling, KV cache allocation, warm-up/graphs
-
-
 def _int(text: str) -> int:
     return int(text.replace(",", ""))
 
 
-def parse_startup(log: str) -> StartupFacts:
+def parse_startup(log: str) -> ServerFacts:
+    """The start-up facts the log states (None where it does not)."""
     kv = _KV_TOKENS.search(log)
     conc = _CONCURRENCY.search(log)
     avail = _AVAILABLE.search(log)
@@ -57,7 +46,7 @@ def parse_startup(log: str) -> StartupFacts:
     gib = 1024**3
     load_s = (float(loading.group(2)) if loading
               else float(cpu_loading.group(1)) if cpu_loading else None)
-    return StartupFacts(
+    return ServerFacts(
         kv_cache_tokens=_int(kv.group(2)) if kv else None,
         max_concurrency=float(conc.group(2)) if conc else None,
         max_model_len=_int(conc.group(1)) if conc else None,

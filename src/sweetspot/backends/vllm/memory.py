@@ -13,20 +13,12 @@ import os
 import threading
 import time
 from contextlib import suppress
-from dataclasses import dataclass
 
-__all__ = ["MemoryPeaks", "MemorySampler", "group_pids"]
+from sweetspot.backends.base import MemoryPeaks
+
+__all__ = ["MemorySampler", "group_pids"]
 
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryPeaks:
-    host_rss_bytes: int | None  # peak sum of RSS over the server's process group
-    device_bytes: int | None  # peak device memory held by the group's processes (NVML)
-    device_used_bytes: int | None  # peak device memory in use on all devices (NVML)
-    device_baseline_bytes: int | None  # in use before the server started
-    samples: int
 
 
 def group_pids(pgid: int) -> list[int]:
