@@ -22,7 +22,7 @@ KNOWN_FUNCTIONS = {
     "cli/bench.py:bench": 169, "cli/tune.py:tune": 163, "cli/calibrate.py:calibrate": 109,
     "cli/tune.py:_new_settings": 108, "tune/study.py:run_study": 99,
     "backends/sim/simulator.py:simulate": 92,
-    "cli/simulate.py:simulate": 78, "metrics/serve.py:compute_result": 77,
+    "cli/simulate.py:simulate": 78,
     "testing/vllm_bench.py:run_vllm_bench_serve": 73,
     "backends/sim/simulator.py:run": 70, "cli/advise.py:advise": 70, "tune/evaluate.py:row": 70,
     "backends/vllm/server.py:launch_server": 67, "testing/tiny_model.py:make_tiny_model": 64,
