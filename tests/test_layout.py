@@ -23,7 +23,6 @@ KNOWN_FUNCTIONS = {
     "cli/tune.py:_new_settings": 108, "tune/study.py:run_study": 99,
     "backends/sim/simulator.py:simulate": 92,
     "cli/simulate.py:simulate": 78,
-    "testing/vllm_bench.py:run_vllm_bench_serve": 73,
     "backends/sim/simulator.py:run": 70, "cli/advise.py:advise": 70, "tune/evaluate.py:row": 70,
     "backends/vllm/server.py:launch_server": 67, "testing/tiny_model.py:make_tiny_model": 64,
     "backends/vllm/backend.py:run_args": 63, "engine/memory.py:estimate_memory": 63,
