@@ -24,7 +24,7 @@ KNOWN_FUNCTIONS = {
     "backends/sim/simulator.py:simulate": 92,
     "cli/simulate.py:simulate": 78,
     "backends/sim/simulator.py:run": 70, "cli/advise.py:advise": 70, "tune/evaluate.py:row": 70,
-    "backends/vllm/backend.py:run_args": 63, "engine/memory.py:estimate_memory": 63,
+    "backends/vllm/backend.py:run_args": 63,
     "tune/calibrate.py:profile_server": 63, "cli/report.py:_print_study": 61,
 }
 
