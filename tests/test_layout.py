@@ -25,7 +25,7 @@ KNOWN_FUNCTIONS = {
     "cli/simulate.py:simulate": 78,
     "backends/sim/simulator.py:run": 70, "cli/advise.py:advise": 70, "tune/evaluate.py:row": 70,
     "backends/vllm/backend.py:run_args": 63,
-    "tune/calibrate.py:profile_server": 63, "cli/report.py:_print_study": 61,
+    "cli/report.py:_print_study": 61,
 }
 
 
