@@ -171,16 +171,6 @@ def test_chat_endpoint_and_usage_counts():
                for r in run.records)
 
 
-def test_choice_detection_without_parsing():
-    from sweetspot.backends.loadgen import _has_choices
-
-    assert _has_choices(b'{"id":"x","choices":[{"index":0,"text":" w1"}],"usage":null}')
-    assert _has_choices(b'{"choices": [ {"delta": {"content": "]"}}]}')
-    assert not _has_choices(b'{"id":"x","choices":[],"usage":{"completion_tokens":3}}')
-    assert not _has_choices(b'{"choices": [ ], "usage": {"completion_tokens": 3}}')
-    assert not _has_choices(b'{"error": {"message": "boom"}}')
-
-
 def test_realtime_client_priority_is_scoped_and_not_inherited():
     """Inside the block the client thread runs SCHED_FIFO; a process it starts (a vLLM server
     launched beside it) does not; afterwards the old policy is back. Where real-time is not

@@ -1,5 +1,6 @@
 """The load generator: a workload's requests turned into streamed HTTP calls and per-request
-records, measured the way ``vllm bench serve`` measures them.
+records, measured the way ``vllm bench serve`` measures them (each response's stream is read by
+``stream.read_stream``).
 
 Invariants:
 - Every time is ``time.perf_counter()`` (CLOCK_MONOTONIC on Linux, shared by all processes)
@@ -23,12 +24,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import math
 import multiprocessing
 import os
 import queue as queue_module
-import re
 import time
 import urllib.parse
 from collections.abc import Callable, Coroutine, Iterator, Sequence
@@ -39,6 +38,7 @@ import aiohttp
 
 from sweetspot._errors import SweetspotError
 from sweetspot.backends.records import RequestRecord
+from sweetspot.backends.stream import StreamProgress, read_stream
 from sweetspot.spec.requests import Request
 
 __all__ = ["LoadConfig", "LoadRun", "check_server", "client_priority", "run_load"]
@@ -132,9 +132,7 @@ def _payload(request: Request, config: LoadConfig) -> dict[str, Any]:
 async def _send(session: aiohttp.ClientSession, request: Request, config: LoadConfig,
                 t0: float, slot_wait_s: float = 0.0) -> RequestRecord:
     """One streamed request; every outcome becomes a record."""
-    chunks: list[float] = []
-    usage_tokens: int | None = None
-    done = False
+    progress = StreamProgress()
     error: str | None = None
     sent = time.perf_counter()
     try:
@@ -143,32 +141,15 @@ async def _send(session: aiohttp.ClientSession, request: Request, config: LoadCo
                 body = (await response.text())[:200]
                 error = f"HTTP {response.status}: {' '.join(body.split())}"
             else:
-                buffer = b""
-                async for data in response.content.iter_any():
-                    buffer += data
-                    *messages, buffer = buffer.split(b"\n\n")
-                    for message in messages:
-                        payload = message.strip().removeprefix(b"data:").strip()
-                        if not payload:
-                            continue
-                        if payload == b"[DONE]":
-                            done = True
-                        elif _has_choices(payload):
-                            chunks.append(time.perf_counter())
-                            if b'"usage":{' in payload:  # continuous usage stats
-                                usage_tokens = _completion_tokens(payload, usage_tokens)
-                        elif b'"usage"' in payload:
-                            usage_tokens = _completion_tokens(payload, usage_tokens)
-                        elif b'"error"' in payload:
-                            error = f"error in stream: {payload[:200].decode(errors='replace')}"
-                if not done and error is None:
-                    error = "stream closed before [DONE]"
+                await read_stream(response.content.iter_any(), progress)
+                error = progress.error
     except TimeoutError:
         error = f"timeout after {config.timeout_s:g} s"
     except aiohttp.ClientError as exc:
         error = f"{type(exc).__name__}: {exc}".strip(": ")
     except (ValueError, UnicodeDecodeError) as exc:
         error = f"unreadable stream message: {exc}"
+    chunks = progress.chunks
     ok = error is None and bool(chunks)
     if error is None and not chunks:
         error = "no token in the response"
@@ -179,31 +160,13 @@ async def _send(session: aiohttp.ClientSession, request: Request, config: LoadCo
         chunk_times_s=tuple(c - t0 for c in chunks),
         end_s=chunks[-1] - t0 if ok else None,
         prompt_tokens=request.prompt_tokens,
-        output_tokens=usage_tokens if usage_tokens is not None else len(chunks),
+        output_tokens=(progress.usage_tokens if progress.usage_tokens is not None
+                       else len(chunks)),
         priority=request.priority,
         prefix_group=request.prefix_group,
         error=error,
         slot_wait_s=slot_wait_s,
     )
-
-
-_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*([^\]\s])')
-
-
-def _has_choices(payload: bytes) -> bool:
-    """Whether a stream message carries a non-empty ``choices`` list. A byte search, not a JSON
-    parse: this runs for every streamed token, and parsing was the client's largest own cost.
-    The "choices" key comes before any text in OpenAI-style chunks, so a bracket inside the
-    generated text cannot end the search early."""
-    return _CHOICES.search(payload) is not None
-
-
-def _completion_tokens(payload: bytes, current: int | None) -> int | None:
-    event = json.loads(payload)
-    usage = event.get("usage") if isinstance(event, dict) else None
-    if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-        return int(usage["completion_tokens"])
-    return current
 
 
 def _session(config: LoadConfig) -> aiohttp.ClientSession:

@@ -136,23 +136,15 @@ def estimate_memory(
     tp = config.tensor_parallel_size
     total = hardware.usable_memory_bytes
     budget = int(config.gpu_memory_utilization * total)
-    weights = arch.weight_bytes(quant) // tp
-    kv_per_token = arch.kv_bytes_per_token(config.kv_cache_dtype, tp)
-    if draft is not None:
-        weights += draft.weight_bytes(draft.default_quantization()) // tp
-        kv_per_token += draft.kv_bytes_per_token(config.kv_cache_dtype, tp)
+    weights, kv_per_token = _weights_and_kv_per_token(arch, quant, draft, config, tp)
     activations = _activation_bytes(arch, config, tp)
     non_torch = NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0)
     graphs = 0 if (config.enforce_eager or hardware.is_cpu) else CUDA_GRAPH_BYTES
     graphs_counted = version >= CUDA_GRAPHS_PROFILED_SINCE
     context = 0 if hardware.is_cpu else CUDA_CONTEXT_BYTES
 
-    if config.kv_cache_memory_bytes is not None:
-        kv_bytes = config.kv_cache_memory_bytes
-    elif hardware.is_cpu and cpu_kvcache_space_bytes is not None:
-        kv_bytes = cpu_kvcache_space_bytes
-    else:
-        kv_bytes = budget - weights - activations - non_torch - (graphs if graphs_counted else 0)
+    profiled = budget - weights - activations - non_torch - (graphs if graphs_counted else 0)
+    kv_bytes = _kv_cache_bytes(config, hardware, cpu_kvcache_space_bytes, profiled)
 
     block = config.block_size
     num_blocks = max(0, kv_bytes // (kv_per_token * block))
@@ -180,6 +172,28 @@ def estimate_memory(
     )
     failure = _startup_failure(estimate, hardware, context, graphs_counted, kv_per_token)
     return estimate if failure is None else replace(estimate, failure=failure)
+
+
+def _weights_and_kv_per_token(arch: ModelArch, quant: Quantization, draft: ModelArch | None,
+                              config: ServingConfig, tp: int) -> tuple[int, int]:
+    """Weight bytes and KV bytes per token on one GPU, the draft model's included."""
+    weights = arch.weight_bytes(quant) // tp
+    kv_per_token = arch.kv_bytes_per_token(config.kv_cache_dtype, tp)
+    if draft is not None:
+        weights += draft.weight_bytes(draft.default_quantization()) // tp
+        kv_per_token += draft.kv_bytes_per_token(config.kv_cache_dtype, tp)
+    return weights, kv_per_token
+
+
+def _kv_cache_bytes(config: ServingConfig, hardware: Hardware,
+                    cpu_kvcache_space_bytes: int | None, profiled: int) -> int:
+    """The KV cache's size: ``--kv-cache-memory-bytes`` when given, ``VLLM_CPU_KVCACHE_SPACE``
+    on the CPU build, else what the profile leaves of the budget (``profiled``)."""
+    if config.kv_cache_memory_bytes is not None:
+        return config.kv_cache_memory_bytes
+    if hardware.is_cpu and cpu_kvcache_space_bytes is not None:
+        return cpu_kvcache_space_bytes
+    return profiled
 
 
 def _gib(n: int) -> str:

@@ -203,37 +203,12 @@ def compute_result(
 
     ok = [r for r in records if r.ok and r.chunk_times_s]
     n_ok = len(ok)
-    sent = np.fromiter((r.sent_s for r in ok), float, n_ok)
-    end = np.fromiter((r.end_s for r in ok), float, n_ok)
-    prompt = np.fromiter((r.prompt_tokens for r in ok), np.int64, n_ok)
-    n_chunks = np.fromiter((len(r.chunk_times_s) for r in ok), np.int64, n_ok)
-    reported = np.fromiter((r.output_tokens for r in ok), np.int64, n_ok)
-    output = np.where(reported > 0, reported, n_chunks)  # vLLM: `if not output_len`: recount
-    chunks = np.fromiter(
-        chain.from_iterable(r.chunk_times_s for r in ok), float, int(n_chunks.sum())
-    )
-    first = np.cumsum(n_chunks) - n_chunks  # index of each request's first chunk
-    ttft = chunks[first] - sent
-    e2el = end - sent
-    gaps = np.diff(chunks)
-    within = np.ones(gaps.size, dtype=bool)
-    within[first[1:] - 1] = False  # the gap from one request's last chunk to the next's first
-    itl = gaps[within]
-    multi = output > 1
-    tpot = (e2el[multi] - ttft[multi]) / (output[multi] - 1)
-    tpot_all = np.zeros(n_ok)  # one-token outputs count TPOT 0 for goodput
-    tpot_all[multi] = tpot
-
+    t = _Timings.of(ok)
     goodput = None
     if slos_ms:
-        per_request = {"ttft": ttft, "tpot": tpot_all, "e2el": e2el}
-        good = np.ones(n_ok, dtype=bool)
-        for name, limit_ms in slos_ms:
-            good &= limit_ms / _MS_PER_S >= per_request[name]
-        goodput = _rate(int(good.sum()), duration_s)
-
-    total_input, total_output = int(prompt.sum()), int(output.sum())
-    peak_chunks, peak_requests = _peaks(sent, sent + e2el, chunks)
+        goodput = _rate(_count_good(t, slos_ms), duration_s)
+    total_input, total_output = int(t.prompt_tokens.sum()), int(t.output_tokens.sum())
+    peak_chunks, peak_requests = _peaks(t.sent_s, t.sent_s + t.e2el_s, t.chunks_s)
     lag = np.fromiter((r.client_lag_s for r in records), float, len(records))
     lag_or_0: Any = lag if lag.size else 0
     return BenchResult(
@@ -248,15 +223,66 @@ def compute_result(
         total_token_throughput=_rate(total_input + total_output, duration_s),
         max_output_tokens_per_s=peak_chunks,
         max_concurrent_requests=peak_requests,
-        ttft=LatencyStats.of(ttft, qs),
-        tpot=LatencyStats.of(tpot, qs),
-        itl=LatencyStats.of(itl, qs),
-        e2el=LatencyStats.of(e2el, qs),
+        ttft=LatencyStats.of(t.ttft_s, qs),
+        tpot=LatencyStats.of(t.tpot_s, qs),
+        itl=LatencyStats.of(t.itl_s, qs),
+        e2el=LatencyStats.of(t.e2el_s, qs),
         mean_client_lag_ms=float(np.mean(lag_or_0) * _MS_PER_S),
         p99_client_lag_ms=float(np.percentile(lag_or_0, 99) * _MS_PER_S),
         max_client_lag_ms=float(np.max(lag_or_0) * _MS_PER_S),
         slos_ms=slos_ms,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Timings:
+    """The successful requests' numbers as arrays, one entry per request in record order
+    unless said otherwise; seconds and tokens."""
+
+    sent_s: np.ndarray
+    ttft_s: np.ndarray
+    e2el_s: np.ndarray
+    tpot_s: np.ndarray  # outputs of more than one token only
+    tpot_or_0_s: np.ndarray  # every request, 0 for a one-token output (as goodput counts it)
+    itl_s: np.ndarray  # per chunk gap within a request, pooled
+    chunks_s: np.ndarray  # every chunk's time, pooled
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+    @classmethod
+    def of(cls, ok: Sequence[RequestRecord]) -> _Timings:
+        n_ok = len(ok)
+        sent = np.fromiter((r.sent_s for r in ok), float, n_ok)
+        end = np.fromiter((r.end_s for r in ok), float, n_ok)
+        prompt = np.fromiter((r.prompt_tokens for r in ok), np.int64, n_ok)
+        n_chunks = np.fromiter((len(r.chunk_times_s) for r in ok), np.int64, n_ok)
+        reported = np.fromiter((r.output_tokens for r in ok), np.int64, n_ok)
+        output = np.where(reported > 0, reported, n_chunks)  # vLLM: `if not output_len`: recount
+        chunks = np.fromiter(
+            chain.from_iterable(r.chunk_times_s for r in ok), float, int(n_chunks.sum())
+        )
+        first = np.cumsum(n_chunks) - n_chunks  # index of each request's first chunk
+        ttft = chunks[first] - sent
+        e2el = end - sent
+        gaps = np.diff(chunks)
+        within = np.ones(gaps.size, dtype=bool)
+        within[first[1:] - 1] = False  # the gap from one request's last chunk to the next's first
+        multi = output > 1
+        tpot = (e2el[multi] - ttft[multi]) / (output[multi] - 1)
+        tpot_all = np.zeros(n_ok)  # one-token outputs count TPOT 0 for goodput
+        tpot_all[multi] = tpot
+        return cls(sent_s=sent, ttft_s=ttft, e2el_s=e2el, tpot_s=tpot, tpot_or_0_s=tpot_all,
+                   itl_s=gaps[within], chunks_s=chunks, prompt_tokens=prompt,
+                   output_tokens=output)
+
+
+def _count_good(t: _Timings, slos_ms: Sequence[tuple[str, float]]) -> int:
+    """Successful requests whose value is within every SLO."""
+    per_request = {"ttft": t.ttft_s, "tpot": t.tpot_or_0_s, "e2el": t.e2el_s}
+    good = np.ones(t.sent_s.size, dtype=bool)
+    for name, limit_ms in slos_ms:
+        good &= limit_ms / _MS_PER_S >= per_request[name]
+    return int(good.sum())
 
 
 def _rate(count: float, duration_s: float) -> float:

@@ -8,7 +8,6 @@ should not import it.
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter
 
 from sweetspot._files import atomic_path
 from sweetspot.report.figures import (
@@ -41,18 +39,30 @@ from sweetspot.report.picks_figure import (
     UNRATED,
     WORSE,
     PicksData,
-    percent,
     picks_data,
 )
 from sweetspot.report.placement import Box, place_labels
-from sweetspot.report.study import knob_axis_label
+from sweetspot.report.style import (
+    BASE_COLOR,
+    FAIL_COLOR,
+    LATENCY_COLOR,
+    MEMORY_COLOR,
+    THROUGHPUT_COLOR,
+    THROUGHPUT_LABEL,
+    end_label,
+    from_zero,
+    legend_below,
+    mark_baseline,
+    pct,
+    thousands,
+    wrap,
+    x_axis,
+    x_of,
+)
 
 DPI = 110
 SIZE = (7.5, 4.2)  # inches: every figure but the few below, which carry more
 SIZES = {"picks.png": (8.0, 5.6), "pareto.png": (7.5, 5.0), "speculative.png": (8.0, 4.4)}
-THROUGHPUT_COLOR, LATENCY_COLOR, MEMORY_COLOR, FAIL_COLOR, BASE_COLOR = (
-    "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:gray")
-THROUGHPUT_LABEL = "output throughput (tok/s)"
 VERDICT_STYLE = {  # picks figure: (face colour, hatch, legend entry)
     BASELINE: (BASE_COLOR, None, "baseline"),
     BETTER: (MEMORY_COLOR, None, "better than baseline"),
@@ -61,7 +71,6 @@ VERDICT_STYLE = {  # picks figure: (face colour, hatch, legend entry)
     UNRATED: ("#9ecae1", None, "no comparable baseline value"),
     OVER_CAPACITY: ("#dddddd", "///", "over capacity: not comparable"),
 }
-WRAP = 18  # characters per line of a long category label
 
 
 def render_figures(study: Mapping[str, Any], out_dir: Path) -> tuple[Path, ...]:
@@ -100,11 +109,11 @@ def _max_model_len(data: SweepData, fig: Figure) -> None:
     xs = [p.value for p in data.points]
     ax.plot(xs, [p.output_throughput for p in data.points], "o-", color=THROUGHPUT_COLOR,
             label="output throughput")
-    _x_axis(ax, data)
+    x_axis(ax, data)
     ax.set_ylabel(THROUGHPUT_LABEL)
-    _from_zero(ax)
-    _thousands(ax.yaxis)
-    _mark_baseline(ax, data)
+    from_zero(ax)
+    thousands(ax.yaxis)
+    mark_baseline(ax, data)
     ax2 = None
     mem = [p for p in data.points if p.memory_gib is not None]
     if mem:
@@ -112,8 +121,8 @@ def _max_model_len(data: SweepData, fig: Figure) -> None:
         ax2.plot([p.value for p in mem], [p.memory_gib for p in mem], "s--",
                  color=MEMORY_COLOR, label="memory used")
         ax2.set_ylabel("device memory (GiB)")
-        _from_zero(ax2)
-    _legend_below(fig, ax, ax2)
+        from_zero(ax2)
+    legend_below(fig, ax, ax2)
     ax.set_title("max-model-len: throughput and memory")
 
 
@@ -129,7 +138,7 @@ def _policy_latency(data: SweepData, fig: Figure) -> None:
         ax.bar_label(bars, fmt="{:,.0f}")
         ax.margins(y=0.12)
         ax.set_ylabel(name)
-        _thousands(ax.yaxis)
+        thousands(ax.yaxis)
         ax.set_xlabel("scheduling policy (gray: baseline)")
     fig.suptitle("Tail latency per scheduling policy")
 
@@ -142,9 +151,9 @@ def _speculative(data: SpeculativeData, fig: Figure) -> None:
     ax.barh(ys, [s.output_throughput for s in setups],
             color=[BASE_COLOR] + [THROUGHPUT_COLOR] * (len(setups) - 1))
     for y, s in zip(ys, setups, strict=True):
-        _end_label(ax, y, s.output_throughput, f"{s.output_throughput:,.0f}"
-                   + _pct(s.throughput_change, " ({})"))
-    ax.set_yticks(ys, [_wrap(s.label) for s in setups])
+        end_label(ax, y, s.output_throughput, f"{s.output_throughput:,.0f}"
+                  + pct(s.throughput_change, " ({})"))
+    ax.set_yticks(ys, [wrap(s.label) for s in setups])
     ax.invert_yaxis()
     ax.set_xlabel(THROUGHPUT_LABEL)
     centre = data.tpot_metric.split("_")[0]
@@ -159,14 +168,14 @@ def _speculative(data: SpeculativeData, fig: Figure) -> None:
             if value is not None:
                 ax2.barh(y + shift, value, height, color=color,
                          label=name if y == 0 else None)
-                _end_label(ax2, y + shift, value, f"{value:,.1f}" + _pct(change, " ({})"),
-                           size=7)
+                end_label(ax2, y + shift, value, f"{value:,.1f}" + pct(change, " ({})"),
+                          size=7)
     ax2.set_xlabel("time per output token (ms)")
     for a in (ax, ax2):
         a.margins(x=0.38)
         a.set_xlim(left=0)
-        _thousands(a.xaxis)
-    _legend_below(fig, ax2)
+        thousands(a.xaxis)
+    legend_below(fig, ax2)
     against = ("no speculation" if data.reference == "off"
                else f"the baseline ({data.reference})")
     fig.suptitle(f"Speculative decoding vs {against} (in brackets: change)")
@@ -178,7 +187,7 @@ def _knob_gains(gains: Sequence[KnobGain], fig: Figure) -> None:
     values = [g.gain_pct for g in ordered]
     ax.barh(range(len(ordered)), values,
             color=[THROUGHPUT_COLOR if v >= 0 else FAIL_COLOR for v in values])
-    ax.set_yticks(range(len(ordered)), [f"{g.knob}\n{_wrap('best: ' + g.label, 28)}"
+    ax.set_yticks(range(len(ordered)), [f"{g.knob}\n{wrap('best: ' + g.label, 28)}"
                                         for g in ordered], fontsize=8)
     for i, g in enumerate(ordered):  # beyond the bar's end, on the side it grows to
         gain = g.gain_pct >= 0
@@ -206,13 +215,13 @@ def _picks(data: PicksData, fig: Figure) -> None:
                 color, hatch, _ = VERDICT_STYLE[bar.verdict]
                 ax.barh(y, bar.value, color=color, hatch=hatch, edgecolor="white"
                         if hatch is None else "#888888")
-            _end_label(ax, y, bar.value or 0.0, bar.text, size=7.5)
+            end_label(ax, y, bar.value or 0.0, bar.text, size=7.5)
         if panel.reference is not None:
             ax.axvline(panel.reference, color="black", linestyle=":", linewidth=1)
         ax.set_yticks(ys, [f"{b.goal} (#{b.trial})" for b in bars])
         ax.margins(x=0.55)
         ax.set_xlim(left=0)
-        _thousands(ax.xaxis)
+        thousands(ax.xaxis)
         m = panel.metric
         better = "higher" if m.higher_is_better else "lower"
         ax.set_title(f"{m.title} ({m.unit}), {better} is better", fontsize=9)
@@ -222,7 +231,7 @@ def _picks(data: PicksData, fig: Figure) -> None:
                for v in VERDICT_STYLE if v in verdicts]
     handles.append(Line2D([], [], color="black", linestyle=":", label="baseline value"))
     fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8,
-               frameon=False, title=_wrap(data.note, 110) or None, title_fontsize=8)
+               frameon=False, title=wrap(data.note, 110) or None, title_fontsize=8)
     fig.suptitle("Each pick on every goal's number, against the baseline")
 
 
@@ -244,7 +253,7 @@ def _pareto(data: ParetoData, fig: Figure) -> None:
     ax.margins(x=0.08, y=0.1)
     ax.set_xlabel(THROUGHPUT_LABEL)
     ax.set_ylabel("P99 E2EL (ms)")
-    _thousands(ax.xaxis, ax.yaxis)
+    thousands(ax.xaxis, ax.yaxis)
     ax.set_title("Throughput vs tail latency")
     legend = ax.legend(loc="best", fontsize=8)
     if data.failed:
@@ -320,103 +329,32 @@ def _goodput(search: Mapping[str, Any], fig: Figure) -> None:
     ax.set_xlabel("offered rate (requests/s)")
     ax.set_ylabel("latency / its SLO limit")
     ax.set_ylim(bottom=0)
-    _legend_below(fig, ax)
+    legend_below(fig, ax)
     ax.set_title(f"Goodput: trial {search['trial']} at rising request rates")
 
 
 def _sweep(data: SweepData, fig: Figure) -> None:
     ax = fig.add_subplot()
     ok = [p for p in data.points if p.output_throughput is not None]
-    ax.plot([_x(data, p) for p in ok], [p.output_throughput for p in ok], "o-",
+    ax.plot([x_of(data, p) for p in ok], [p.output_throughput for p in ok], "o-",
             color=THROUGHPUT_COLOR, label="output throughput")
     ax.set_ylabel(THROUGHPUT_LABEL)
-    _from_zero(ax)
-    _x_axis(ax, data)
+    from_zero(ax)
+    x_axis(ax, data)
     ax2 = ax.twinx()
     lat = [p for p in ok if p.p99_e2el_ms is not None]
-    ax2.plot([_x(data, p) for p in lat], [p.p99_e2el_ms for p in lat], "s--",
+    ax2.plot([x_of(data, p) for p in lat], [p.p99_e2el_ms for p in lat], "s--",
              color=LATENCY_COLOR, label="P99 E2EL")
     ax2.set_ylabel("P99 E2EL (ms)")
-    _from_zero(ax2)
-    _thousands(ax.yaxis, ax2.yaxis)
+    from_zero(ax2)
+    thousands(ax.yaxis, ax2.yaxis)
     for p in data.points:
         if p.status != "ok":
-            x = _x(data, p)
+            x = x_of(data, p)
             ax.plot(x, 0, "x", color=FAIL_COLOR, markersize=10, mew=2,
                     transform=ax.get_xaxis_transform(), clip_on=False)
             ax.annotate(p.status, (x, 0), xycoords=ax.get_xaxis_transform(), xytext=(0, 8),
                         textcoords="offset points", ha="center", color=FAIL_COLOR)
-    _mark_baseline(ax, data)
-    _legend_below(fig, ax, ax2)
+    mark_baseline(ax, data)
+    legend_below(fig, ax, ax2)
     ax.set_title(f"{data.knob}: one knob at a time")
-
-
-def _x(data: SweepData, point: Any) -> float:
-    return point.value if data.numeric else data.points.index(point)
-
-
-def _x_axis(ax: Any, data: SweepData) -> None:
-    labels = [p.label for p in data.points]
-    if data.numeric:
-        if data.log_x:
-            ax.set_xscale("log", base=2)
-        ax.set_xticks([p.value for p in data.points], labels)
-        ax.minorticks_off()
-        if max(map(len, labels), default=0) > 8 or len(labels) > 6:
-            _slant(ax)
-    else:
-        ax.set_xticks(range(len(data.points)), [_wrap(label) for label in labels])
-        ax.set_xlim(-0.5, len(data.points) - 0.5)
-    ax.set_xlabel(knob_axis_label(data.knob))
-
-
-def _slant(ax: Any) -> None:
-    for label in ax.get_xticklabels():
-        label.set(rotation=20, ha="right", rotation_mode="anchor")
-
-
-def _wrap(text: str, width: int = WRAP) -> str:
-    """Long labels on several lines, broken between words only (never inside a number)."""
-    return textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)
-
-
-def _mark_baseline(ax: Any, data: SweepData) -> None:
-    base = next((p for p in data.points if p.is_baseline), None)
-    if base is not None:
-        ax.axvline(_x(data, base), color=BASE_COLOR, linestyle=":", label="baseline")
-
-
-def _legend_below(fig: Figure, *axes: Any) -> None:
-    """One legend for every axis (twin axes included), under the plot: it never hides data."""
-    handles, labels = [], []
-    for ax in axes:
-        if ax is not None:
-            h, lab = ax.get_legend_handles_labels()
-            handles += h
-            labels += lab
-    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4),
-               fontsize=8, frameon=False)
-
-
-def _end_label(ax: Any, y: float, x: float, text: str, size: float = 8) -> None:
-    """``text`` just right of a horizontal bar ending at ``x``."""
-    ax.annotate(text, (x, y), xytext=(3, 0), textcoords="offset points", va="center",
-                fontsize=size)
-
-
-def _from_zero(ax: Any) -> None:
-    """A y axis from 0 with headroom above the highest point, so no marker is cut in half."""
-    top = max((max(line.get_ydata(), default=0.0) for line in ax.get_lines()
-               if len(line.get_ydata()) and line.get_transform() == ax.transData),
-              default=1.0)
-    ax.set_ylim(0, 1.08 * top if top > 0 else 1.0)
-
-
-def _thousands(*axes: Any) -> None:
-    """Tick labels with thousands separators: 34,000 reads faster than 34000."""
-    for axis in axes:
-        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.10g}"))
-
-
-def _pct(change: float | None, template: str = "{}") -> str:
-    return "" if change is None else template.format(percent(change))

@@ -55,7 +55,18 @@ def make_tiny_model(
     model_dir.mkdir(parents=True, exist_ok=True)
     tokenizer_dir.mkdir(parents=True, exist_ok=True)
 
-    config = {
+    config = _qwen2_config(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                           intermediate=intermediate, vocab=vocab, max_position=max_position,
+                           tie_embeddings=tie_embeddings)
+    (model_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    _write_tokenizer(tokenizer_dir, vocab, max_position)
+    return TinyModel(model_dir=model_dir, tokenizer_dir=tokenizer_dir)
+
+
+def _qwen2_config(*, layers: int, hidden: int, heads: int, kv_heads: int, intermediate: int,
+                  vocab: int, max_position: int, tie_embeddings: bool) -> dict:
+    """A Qwen2ForCausalLM config.json of this shape: all vLLM reads with dummy weights."""
+    return {
         "architectures": ["Qwen2ForCausalLM"],
         "model_type": "qwen2",
         "hidden_size": hidden,
@@ -79,8 +90,11 @@ def make_tiny_model(
         "eos_token_id": 0,
         "use_cache": True,
     }
-    (model_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
+
+def _write_tokenizer(tokenizer_dir: Path, vocab: int, max_position: int) -> None:
+    """tokenizer.json (the word-level vocabulary) and a tokenizer_config.json that makes
+    transformers load it as a fast tokenizer with w0 as every special token."""
     _word_tokenizer(vocab).save(str(tokenizer_dir / "tokenizer.json"))
     tokenizer_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -93,7 +107,6 @@ def make_tiny_model(
     (tokenizer_dir / "tokenizer_config.json").write_text(
         json.dumps(tokenizer_config, indent=2) + "\n"
     )
-    return TinyModel(model_dir=model_dir, tokenizer_dir=tokenizer_dir)
 
 
 def _word_tokenizer(vocab: int) -> Tokenizer:

@@ -55,7 +55,30 @@ def run_vllm_bench_serve(
     lists (``ttfts``, ``itls``, ``latencies``, ...) in the result: ``records_from_detailed``.
     """
     result_path = Path(result_path).absolute()
-    log_path = result_path.with_name(result_path.name + ".log")
+    argv = _bench_argv(
+        base_url, model, tokenizer=tokenizer, num_prompts=num_prompts, input_len=input_len,
+        output_len=output_len, request_rate=request_rate, max_concurrency=max_concurrency,
+        seed=seed, result_path=result_path, temperature=temperature, save_detailed=save_detailed,
+    )
+    return _run_client(python, argv, result_path, timeout_s)
+
+
+def _bench_argv(
+    base_url: str,
+    model: str,
+    *,
+    tokenizer: Path | str,
+    num_prompts: int,
+    input_len: int,
+    output_len: int,
+    request_rate: float | str,
+    max_concurrency: int | None,
+    seed: int,
+    result_path: Path,
+    temperature: float | None,
+    save_detailed: bool,
+) -> list[str]:
+    """``vllm bench serve``'s flags for the run ``run_vllm_bench_serve`` describes."""
     argv = [
         "--backend", "openai",
         "--base-url", base_url.rstrip("/"),
@@ -85,6 +108,14 @@ def run_vllm_bench_serve(
         # Since 0.2x vLLM's client no longer sends temperature 0 unless told, leaving the
         # server's default (random) sampling; sweetspot sends greedy requests, so compare those.
         argv += ["--temperature", str(temperature)]
+    return argv
+
+
+def _run_client(python: Path | str, argv: list[str], result_path: Path, timeout_s: float
+                ) -> dict:
+    """Run the client with ``argv`` in ``python``, its output to ``<result_path>.log``, and
+    return the result it saved; a one-line error naming the log when it fails."""
+    log_path = result_path.with_name(result_path.name + ".log")
     result_path.unlink(missing_ok=True)  # a stale file must not pass for this run's result
     with open(log_path, "w") as log:
         try:

@@ -71,7 +71,8 @@ def profile_server(url: str, num_requests: int, vocab_size: int, seed: int = 100
     runs: list[tuple[str, dict[str, Any]]] = []
     total = RUNS_PER_ROUND * rounds
 
-    def one(label: str, arrival: ArrivalSpec, n: int, concurrency: int | None, run_seed: int):
+    def one(label: str, arrival: ArrivalSpec, n: int, concurrency: int | None,
+            run_seed: int) -> dict[str, Any]:
         if on_run is not None:
             on_run(label, len(runs), total)
         wl = dataclasses.replace(base, arrival=arrival)
@@ -83,26 +84,31 @@ def profile_server(url: str, num_requests: int, vocab_size: int, seed: int = 100
                              "num_requests": n, "seed": run_seed, "vocab_size": vocab_size,
                              "max_concurrency": concurrency}
         runs.append((f"{url} {label}", data))
+        return data
 
     for r in range(rounds):
-        s = seed + 10 * r
-        tag = f" (round {r + 1})" if rounds > 1 else ""
-        one(f"closed 1{tag}", ArrivalSpec(process="closed", concurrency=1),
-            max(8, num_requests // 4), 1, s)
-        one(f"closed 4{tag}", ArrivalSpec(process="closed", concurrency=4),
-            max(8, num_requests // 2), 4, s + 1)
-        for i in range(BATCH_REPEATS["closed16"]):
-            one(f"closed 16{_repeat(i, BATCH_REPEATS['closed16'])}{tag}",
-                ArrivalSpec(process="closed", concurrency=16), max(8, num_requests // 2), 16,
-                s + 2 + i)
-        for i in range(BATCH_REPEATS["inf"]):
-            one(f"rate inf{_repeat(i, BATCH_REPEATS['inf'])}{tag}", ArrivalSpec(process="inf"),
-                num_requests, None, s + 4 + i)
-        rate = profile_poisson_rate(
-            data["request_throughput"] for _, data in runs[-BATCH_REPEATS["inf"]:])
-        one(f"poisson {rate:.2f}{tag}", ArrivalSpec(process="poisson", rate=rate),
-            num_requests // 2, None, s + 7)
+        _profile_round(one, num_requests, seed + 10 * r,
+                       f" (round {r + 1})" if rounds > 1 else "")
     return runs
+
+
+def _profile_round(run: Callable[[str, ArrivalSpec, int, int | None, int], dict[str, Any]],
+                   num_requests: int, s: int, tag: str) -> None:
+    """One round of the profile, ``RUNS_PER_ROUND`` runs from seed ``s`` on; ``run(label,
+    arrival, requests, concurrency, seed)`` makes one and returns its result."""
+    run(f"closed 1{tag}", ArrivalSpec(process="closed", concurrency=1),
+        max(8, num_requests // 4), 1, s)
+    run(f"closed 4{tag}", ArrivalSpec(process="closed", concurrency=4),
+        max(8, num_requests // 2), 4, s + 1)
+    for i in range(BATCH_REPEATS["closed16"]):
+        run(f"closed 16{_repeat(i, BATCH_REPEATS['closed16'])}{tag}",
+            ArrivalSpec(process="closed", concurrency=16), max(8, num_requests // 2), 16,
+            s + 2 + i)
+    batches = [run(f"rate inf{_repeat(i, BATCH_REPEATS['inf'])}{tag}", ArrivalSpec(process="inf"),
+                   num_requests, None, s + 4 + i) for i in range(BATCH_REPEATS["inf"])]
+    rate = profile_poisson_rate(data["request_throughput"] for data in batches)
+    run(f"poisson {rate:.2f}{tag}", ArrivalSpec(process="poisson", rate=rate),
+        num_requests // 2, None, s + 7)
 
 
 def study_observations(data: Mapping[str, Any], vocab_size: int,

@@ -24,21 +24,21 @@ The ``v0`` mode reproduces the pre-V1 engine of the published 0.5/0.6 measuremen
 prompts only, a step is either all prefills (admitted first) or all decodes, and
 ``num_scheduler_steps`` decode steps run per scheduling decision.
 
-Decoding requests are not visited every step: their progress follows from a decode clock, and
-only events (a new block needed, the last token) are bucketed by decode step. A step costs
-O(events), which keeps 10,000 requests well under a second.
+Decoding requests are not visited every step: their progress follows from a decode clock
+(``decode_clock``), and only events (a new block needed, the last token) are bucketed by decode
+step. A step costs O(events), which keeps 10,000 requests well under a second.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from sweetspot.backends.sim.blocks import BlockPool
 from sweetspot.backends.sim.cost import StepShape
+from sweetspot.backends.sim.decode_clock import DecodeClock
 from sweetspot.backends.sim.request import DECODE, DONE, PREFILL, WAITING, SimRequest
+from sweetspot.backends.sim.request_queue import RequestQueue, request_queue
 
 __all__ = ["Scheduler", "SchedulerConfig", "StepPlan"]
 
@@ -70,17 +70,11 @@ class Scheduler:
     def __init__(self, cfg: SchedulerConfig, draw_emissions: Callable | None = None) -> None:
         self.cfg = cfg
         self.pool = BlockPool(cfg.num_blocks, caching=cfg.prefix_caching)
-        self.draw_emissions = draw_emissions  # (remaining tokens) -> per-step tokens array
         self.running: dict[SimRequest, None] = {}  # admission order
         self.prefilling: list[SimRequest] = []  # running requests with prompt left, in order
-        self.waiting_fcfs: deque[SimRequest] = deque()
-        self.waiting_heap: list[tuple[int, float, int, SimRequest]] = []
-        self.dnext = 0  # index the next decode step gets
-        self.num_decoding = 0
-        self._ctx_base = 0.0  # decode context at step d = _ctx_base + d * _ctx_rate
-        self._ctx_rate = 0.0
-        self._need: dict[int, list[tuple[SimRequest, int, int]]] = {}  # dstep -> (req, epoch, n)
-        self._finish: dict[int, list[tuple[SimRequest, int]]] = {}
+        self.waiting: RequestQueue = request_queue(cfg.priority)
+        # draw_emissions: (remaining tokens) -> per-step tokens array (speculation), else None
+        self.clock = DecodeClock(cfg.block_size, cfg.spec_tokens, draw_emissions)
         self._admitted = 0
         self._group_left = 0  # V0 multi-step: decode steps left in the current group
         self.preemptions = 0
@@ -94,34 +88,19 @@ class Scheduler:
         self.pool.peak_used = self.pool.num_used
         self.finished = []
 
+    @property
+    def dnext(self) -> int:
+        """Index the next decode step gets."""
+        return self.clock.dnext
+
     # -- queues ---------------------------------------------------------------------------
 
     @property
     def has_work(self) -> bool:
-        return bool(self.running or self.waiting_fcfs or self.waiting_heap)
+        return bool(self.running or self.waiting)
 
     def add(self, req: SimRequest) -> None:
-        if self.cfg.priority:
-            heapq.heappush(self.waiting_heap, (req.priority, req.arrival_s, req.rid, req))
-        else:
-            self.waiting_fcfs.append(req)
-
-    def _peek(self) -> SimRequest | None:
-        if self.cfg.priority:
-            return self.waiting_heap[0][3] if self.waiting_heap else None
-        return self.waiting_fcfs[0] if self.waiting_fcfs else None
-
-    def _pop(self) -> None:
-        if self.cfg.priority:
-            heapq.heappop(self.waiting_heap)
-        else:
-            self.waiting_fcfs.popleft()
-
-    def _requeue(self, req: SimRequest) -> None:
-        if self.cfg.priority:
-            heapq.heappush(self.waiting_heap, (req.priority, req.arrival_s, req.rid, req))
-        else:
-            self.waiting_fcfs.appendleft(req)
+        self.waiting.add(req)
 
     # -- blocks and hashes ----------------------------------------------------------------
 
@@ -160,49 +139,6 @@ class Scheduler:
         req.blocks = []
         req.n_registered = 0
 
-    # -- decoding bookkeeping ---------------------------------------------------------------
-
-    def _start_decode(self, req: SimRequest, computed: int) -> None:
-        """``req`` just produced a token from its prefill; it decodes from the next decode step."""
-        remaining = req.output_len - req.generated
-        start = self.dnext
-        req.state, req.dec_start = DECODE, start
-        req.dec_computed, req.dec_generated = computed, req.generated
-        bs, k = self.cfg.block_size, self.cfg.spec_tokens
-        if self.draw_emissions is None:
-            req.dec_emit = req.dec_cum = None
-            req.dec_rate = 1.0
-            steps = remaining
-            first = (-computed) % bs  # the first decode step whose token opens a block
-            if first < steps:
-                self._need.setdefault(start + first, []).append((req, req.epoch, 1))
-        else:
-            emit = self.draw_emissions(remaining)
-            cum = emit.cumsum()
-            req.dec_emit, req.dec_cum = emit, cum
-            steps = len(emit)
-            req.dec_rate = remaining / steps
-            # Step j verifies 1 + k tokens after the cum[j-1] accepted before it.
-            needed = -(-(computed + (cum - emit) + 1 + k) // bs)
-            held = len(req.blocks)
-            for j in range(steps):
-                n = int(needed[j]) - held
-                if n > 0:
-                    self._need.setdefault(start + j, []).append((req, req.epoch, n))
-                    held = int(needed[j])
-        self._finish.setdefault(start + steps - 1, []).append((req, req.epoch))
-        self.num_decoding += 1
-        self._ctx_base += computed - start * req.dec_rate
-        self._ctx_rate += req.dec_rate
-
-    def _stop_decode(self, req: SimRequest) -> None:
-        self.num_decoding -= 1
-        self._ctx_base -= req.dec_computed - req.dec_start * req.dec_rate
-        self._ctx_rate -= req.dec_rate
-
-    def decode_context(self, dstep: int) -> int:
-        return int(self._ctx_base + dstep * self._ctx_rate)
-
     # -- preemption -------------------------------------------------------------------------
 
     def _victim(self) -> SimRequest:
@@ -219,7 +155,7 @@ class Scheduler:
             if steps > 0:
                 req.pieces.append((req.dec_start, steps, req.dec_emit))
             req.generated = generated
-            self._stop_decode(req)
+            self.clock.stop(req)
         else:
             computed = req.computed
             self.prefilling.remove(req)
@@ -229,7 +165,7 @@ class Scheduler:
         req.epoch += 1
         req.preemptions += 1
         self.preemptions += 1
-        self._requeue(req)
+        self.waiting.requeue(req)
 
     def _make_room(self, req: SimRequest, blocks: int, dstep: int) -> bool:
         """Preempt until ``blocks`` are free for ``req``; False when ``req`` itself went."""
@@ -243,83 +179,105 @@ class Scheduler:
     # -- one step ---------------------------------------------------------------------------
 
     def schedule(self) -> StepPlan | None:
+        """The next step's plan, or None when nothing can run. V1: decodes grow (phase 1),
+        running prefills take chunks (phase 2), then waiting requests are admitted (phase 3);
+        V0: a step of whole prefills or of decodes (``_plan_v0``)."""
         cfg = self.cfg
         dstep = self.dnext
         budget = cfg.max_num_batched_tokens
         preempted_before = self.preemptions
         prefills: list[tuple[SimRequest, int]] = []
-        pf_tokens = pf_context = 0
-        pf_pairs = 0.0
-        decodes = self.num_decoding > 0
-
         if cfg.v0:
-            if not decodes:
-                self._group_left = 0  # a multi-step run ends when its batch has finished
-            if self._group_left == 0 and (self.waiting_fcfs or self.waiting_heap):
-                self._admit(budget, dstep, prefills)
-                if prefills:  # V0: a step of prefills runs no decodes
-                    decodes = False
-            cpu_scheduled = self._group_left == 0
-            if decodes and not prefills:
-                self._group_left = (self._group_left or cfg.multi_step) - 1
+            decodes, cpu_scheduled = self._plan_v0(budget, dstep, prefills)
         else:
-            cpu_scheduled = True
+            decodes, cpu_scheduled = self.clock.num_decoding > 0, True
 
         num_decode_seqs = 0
         if decodes:
             self._grow_decodes(dstep)
-            num_decode_seqs = self.num_decoding
+            num_decode_seqs = self.clock.num_decoding
             budget -= num_decode_seqs * (1 + cfg.spec_tokens)
 
         if not cfg.v0:
-            for req in list(self.prefilling):
-                if budget <= 0:
-                    break
-                if req not in self.running:  # preempted by an earlier request of this loop
-                    continue
-                n = req.num_tokens - req.computed
-                if 0 < cfg.long_prefill_threshold < n:
-                    n = cfg.long_prefill_threshold
-                n = min(n, budget)
-                need = -(-(req.computed + n) // cfg.block_size) - len(req.blocks)
-                if need > 0:
-                    if not self._make_room(req, need, dstep):
-                        continue
-                    req.blocks.extend(self.pool.allocate(need))
-                prefills.append((req, n))
-                budget -= n
+            budget = self._continue_prefills(budget, dstep, prefills)
             if self.preemptions == preempted_before:
                 budget -= self._admit(budget, dstep, prefills)
-            if self.num_decoding < num_decode_seqs:  # decodes preempted by prefills' blocks
-                num_decode_seqs = self.num_decoding
+            if self.clock.num_decoding < num_decode_seqs:  # decodes preempted by prefills' blocks
+                num_decode_seqs = self.clock.num_decoding
 
+        if not prefills and not num_decode_seqs:
+            return None
+        shape = self._shape(dstep, prefills, num_decode_seqs)
+        return StepPlan(shape, prefills, num_decode_seqs > 0, cpu_scheduled)
+
+    def _plan_v0(self, budget: int, dstep: int, prefills: list[tuple[SimRequest, int]]
+                 ) -> tuple[bool, bool]:
+        """V0: admit whole prompts when no multi-step run is under way; a step with prefills runs
+        no decodes. Returns (decodes run this step, the CPU scheduled this step)."""
+        decodes = self.clock.num_decoding > 0
+        if not decodes:
+            self._group_left = 0  # a multi-step run ends when its batch has finished
+        if self._group_left == 0 and self.waiting:
+            self._admit(budget, dstep, prefills)
+            if prefills:  # V0: a step of prefills runs no decodes
+                decodes = False
+        cpu_scheduled = self._group_left == 0
+        if decodes and not prefills:
+            self._group_left = (self._group_left or self.cfg.multi_step) - 1
+        return decodes, cpu_scheduled
+
+    def _continue_prefills(self, budget: int, dstep: int,
+                           prefills: list[tuple[SimRequest, int]]) -> int:
+        """Phase 2: running requests with prompt left get a chunk each, in running order, while
+        the budget lasts; returns the budget left."""
+        cfg = self.cfg
+        for req in list(self.prefilling):
+            if budget <= 0:
+                break
+            if req not in self.running:  # preempted by an earlier request of this loop
+                continue
+            n = req.num_tokens - req.computed
+            if 0 < cfg.long_prefill_threshold < n:
+                n = cfg.long_prefill_threshold
+            n = min(n, budget)
+            need = -(-(req.computed + n) // cfg.block_size) - len(req.blocks)
+            if need > 0:
+                if not self._make_room(req, need, dstep):
+                    continue
+                req.blocks.extend(self.pool.allocate(need))
+            prefills.append((req, n))
+            budget -= n
+        return budget
+
+    def _shape(self, dstep: int, prefills: list[tuple[SimRequest, int]],
+               num_decode_seqs: int) -> StepShape:
+        """What the step computes, for the cost model."""
+        pf_tokens = pf_context = 0
+        pf_pairs = 0.0
         for req, n in prefills:
             pf_tokens += n
             pf_context += req.computed + n
             pf_pairs += n * (req.computed + (n + 1) / 2)
-        if not prefills and not num_decode_seqs:
-            return None
-        k = cfg.spec_tokens
+        k = self.cfg.spec_tokens
         completing = sum(1 for req, n in prefills if req.computed + n == req.num_tokens)
-        shape = StepShape(
+        return StepShape(
             num_seqs=num_decode_seqs + len(prefills),
             num_decode_tokens=num_decode_seqs * (1 + k),
             num_prefill_tokens=pf_tokens,
             num_sampled=num_decode_seqs * (1 + k) + completing,
-            decode_context=self.decode_context(dstep) if num_decode_seqs else 0,
+            decode_context=self.clock.context(dstep) if num_decode_seqs else 0,
             prefill_context=pf_context,
             prefill_pairs=pf_pairs,
             draft_tokens=num_decode_seqs * k,
-            draft_context=self.decode_context(dstep) * k if num_decode_seqs else 0,
+            draft_context=self.clock.context(dstep) * k if num_decode_seqs else 0,
             draft_passes=k if num_decode_seqs else 0,
         )
-        return StepPlan(shape, prefills, num_decode_seqs > 0, cpu_scheduled)
 
     def _grow_decodes(self, dstep: int) -> None:
         """Phase 1: the decoding requests whose next token opens a KV block get one, in running
         order, preempting when the pool is empty. Without speculation a request's next block
         is due ``block_size`` decode steps later."""
-        entries = [e for e in self._need.pop(dstep, ()) if e[0].epoch == e[1]
+        entries = [e for e in self.clock.need.pop(dstep, ()) if e[0].epoch == e[1]
                    and e[0].state == DECODE]
         if not entries:
             return
@@ -343,7 +301,7 @@ class Scheduler:
                     continue
                 req.blocks.extend(self.pool.allocate(n))
                 granted.append(entry)
-        later = self._need.setdefault(dstep + bs, [])
+        later = self.clock.need.setdefault(dstep + bs, [])
         for req, epoch, _ in granted:
             if req.dec_emit is None and req.epoch == epoch and req.state == DECODE \
                     and dstep + bs < req.dec_start + req.output_len - req.dec_generated:
@@ -354,7 +312,7 @@ class Scheduler:
         cfg, pool, bs = self.cfg, self.pool, self.cfg.block_size
         used = 0
         while budget - used > 0 and len(self.running) < cfg.max_num_seqs:
-            req = self._peek()
+            req = self.waiting.peek()
             if req is None:
                 break
             hits: list[int] = []
@@ -374,7 +332,7 @@ class Scheduler:
             need = -(-(computed + n) // bs) - len(hits)
             if need > pool.num_free - pool.evictable_among(hits):
                 break
-            self._pop()
+            self.waiting.pop()
             pool.touch(hits)
             req.blocks = hits + pool.allocate(need)
             req.n_registered = len(hits)
@@ -393,14 +351,14 @@ class Scheduler:
         done: list[SimRequest] = []
         dstep = self.dnext
         if plan.decodes:
-            self.dnext += 1
-            for req, epoch in self._finish.pop(dstep, ()):
+            self.clock.dnext += 1
+            for req, epoch in self.clock.finish.pop(dstep, ()):
                 if req.epoch != epoch or req.state != DECODE:
                     continue
                 steps = dstep - req.dec_start + 1
                 req.pieces.append((req.dec_start, steps, req.dec_emit))
                 computed, req.generated = req.progress(dstep + 1)
-                self._stop_decode(req)
+                self.clock.stop(req)
                 done.append(req)
                 self._retire(req, computed)
         for req, n in plan.prefills:
@@ -417,7 +375,7 @@ class Scheduler:
                 done.append(req)
                 self._retire(req, req.computed)
             else:
-                self._start_decode(req, req.computed)
+                self.clock.start(req, req.computed)
         return done
 
     def _retire(self, req: SimRequest, computed: int) -> None:

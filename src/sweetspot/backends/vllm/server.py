@@ -142,21 +142,8 @@ def launch_server(
     log_path = Path(log_path)
     argv = server_argv(python, model_dir, tokenizer_dir=tokenizer_dir, args=args, host=host,
                        port=port, template=template, dummy_weights=dummy_weights)
-    full_env = {**DEFAULT_ENV, **os.environ, **(env or {})}
-    full_env.pop(OWNER_ENV, None)  # a server started by a server's child is not its
-    if not keep_running:  # a server left up on purpose is nobody's orphan
-        full_env[OWNER_ENV] = owner_mark()
     base_url = f"http://{host}:{port}"
-    with open(log_path, "wb") as log:
-        spawned_s = time.monotonic()
-        try:
-            process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=full_env, start_new_session=True,
-                preexec_fn=None if keep_running else _die_with_parent(),
-            )
-        except OSError as exc:
-            raise ServerStartError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
+    process, spawned_s = _spawn(argv, _server_env(env, keep_running), log_path, keep_running)
     keep = False
     guard = None
     try:
@@ -179,6 +166,33 @@ def launch_server(
         finally:
             if guard is not None:
                 guard.release()
+
+
+def _server_env(env: Mapping[str, str] | None, keep_running: bool) -> dict[str, str]:
+    """The server's environment: the defaults under the caller's, under ``env``; marked as
+    this process's own unless it is to be left running."""
+    full_env = {**DEFAULT_ENV, **os.environ, **(env or {})}
+    full_env.pop(OWNER_ENV, None)  # a server started by a server's child is not its
+    if not keep_running:  # a server left up on purpose is nobody's orphan
+        full_env[OWNER_ENV] = owner_mark()
+    return full_env
+
+
+def _spawn(argv: Sequence[str], full_env: Mapping[str, str], log_path: Path,
+           keep_running: bool) -> tuple[subprocess.Popen, float]:
+    """Start the server in its own process group, output to ``log_path``; returns the process
+    and the monotonic time it was spawned."""
+    with open(log_path, "wb") as log:
+        spawned_s = time.monotonic()
+        try:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=full_env, start_new_session=True,
+                preexec_fn=None if keep_running else _die_with_parent(),
+            )
+        except OSError as exc:
+            raise ServerStartError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
+    return process, spawned_s
 
 
 def server_argv(
