@@ -6,6 +6,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from sweetspot._errors import SweetspotError
 
@@ -44,7 +45,7 @@ class Hardware:
         return self.fp8_flops is not None
 
 
-def _from_entry(name: str, entry: dict) -> Hardware:
+def _from_entry(name: str, entry: dict[str, Any]) -> Hardware:  # a parsed TOML table
     def tera(key: str) -> float | None:
         value = entry.get(key)
         return None if value is None else float(value) * 1e12

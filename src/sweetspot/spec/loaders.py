@@ -40,7 +40,7 @@ def estimate_tokens(text: str) -> int:
     return max(1, round(len(text) * TOKENS_PER_CHAR))
 
 
-def _sharegpt(data: list, origin: str) -> list[TraceEntry]:
+def _sharegpt(data: list[object], origin: str) -> list[TraceEntry]:
     entries = []
     for item in data:
         turns = item.get("conversations") if isinstance(item, dict) else None

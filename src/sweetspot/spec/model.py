@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from sweetspot._errors import SweetspotError
 from sweetspot.spec.quant import Quantization, load_quantization
@@ -174,7 +176,8 @@ class ResolvedModel:
     quantization: Quantization | None  # from a name like "...-AWQ" or the config.json
 
 
-def _arch_from_config(name: str, hf_id: str, config: dict, aliases=()) -> ModelArch:
+def _arch_from_config(name: str, hf_id: str, config: dict[str, Any],
+                      aliases: Iterable[str] = ()) -> ModelArch:
     missing = [key for key in _REQUIRED_FIELDS if key not in config]
     if missing:
         raise SweetspotError(f"config.json for {name!r} is missing fields: {', '.join(missing)}")

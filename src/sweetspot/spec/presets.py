@@ -6,11 +6,11 @@ from __future__ import annotations
 __all__ = ["PRESETS", "PRESET_DATA"]
 
 
-def _lognormal(median: float, sigma: float, low: int, high: int) -> dict:
+def _lognormal(median: float, sigma: float, low: int, high: int) -> dict[str, str | float]:
     return {"kind": "lognormal", "median": median, "sigma": sigma, "min": low, "max": high}
 
 
-PRESET_DATA: dict[str, dict] = {
+PRESET_DATA: dict[str, dict[str, object]] = {
     "chat": {
         "description": "chat assistant: one fixed 512-token system prompt, short turns",
         "prompt": _lognormal(150, 0.8, 8, 4096),

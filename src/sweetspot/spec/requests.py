@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from sweetspot._errors import SweetspotError
 from sweetspot.spec.workload import WorkloadSpec
@@ -43,7 +44,8 @@ class Request:
         return len(self.prompt_token_ids)
 
 
-def arrival_times(spec: WorkloadSpec, n: int, rng: np.random.Generator) -> np.ndarray:
+def arrival_times(spec: WorkloadSpec, n: int, rng: np.random.Generator
+                  ) -> npt.NDArray[np.float64]:
     """Scheduled send times (seconds from the start) of ``n`` requests."""
     arrival = spec.arrival
     if arrival.process in ("inf", "closed"):
@@ -52,9 +54,9 @@ def arrival_times(spec: WorkloadSpec, n: int, rng: np.random.Generator) -> np.nd
         times = [e.arrival_s for e in spec.trace]
         if not spec.trace or any(t is None for t in times):
             raise SweetspotError("arrival 'trace' needs a trace whose entries carry timestamps")
-        base = np.asarray(times, dtype=float)
+        base = np.asarray(times, dtype=np.float64)
         base -= base.min()
-        span = base.max() + (base.max() / max(len(base) - 1, 1))
+        span: float = base.max() + (base.max() / max(len(base) - 1, 1))
         reps = np.arange(n) // len(base)  # replay again after the end, shifted by one span
         return base[np.arange(n) % len(base)] + reps * span
     if arrival.rate is None:
@@ -118,7 +120,8 @@ def sample_requests(
     return requests
 
 
-def _priorities(spec: WorkloadSpec, n: int, rng: np.random.Generator) -> np.ndarray:
+def _priorities(spec: WorkloadSpec, n: int, rng: np.random.Generator
+                ) -> npt.NDArray[np.int64]:
     if not spec.priorities:
         return np.zeros(n, dtype=np.int64)
     values = np.array([p.priority for p in spec.priorities])

@@ -8,12 +8,14 @@ seed give the same lengths in any process.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass as plain_dataclass
 from dataclasses import field
 from functools import cache
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import Field, TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass
 
@@ -37,12 +39,15 @@ __all__ = [
 ]
 
 
+TokenCounts = npt.NDArray[np.int64]  # token counts, one per request
+
+
 @dataclass(frozen=True, slots=True)
 class Fixed:
     kind: Literal["fixed"]
     value: int = Field(ge=1)
 
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def sample(self, rng: np.random.Generator, n: int) -> TokenCounts:
         return np.full(n, self.value, dtype=np.int64)
 
 
@@ -52,7 +57,7 @@ class Uniform:
     low: int = Field(ge=1)
     high: int = Field(ge=1)  # inclusive
 
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def sample(self, rng: np.random.Generator, n: int) -> TokenCounts:
         if self.high < self.low:
             raise SweetspotError(f"uniform length: high ({self.high}) < low ({self.low})")
         return rng.integers(self.low, self.high + 1, size=n)
@@ -66,7 +71,7 @@ class Normal:
     min: int = Field(default=1, ge=1)
     max: int | None = None
 
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def sample(self, rng: np.random.Generator, n: int) -> TokenCounts:
         return _clip(rng.normal(self.mean, self.std, size=n), self.min, self.max)
 
 
@@ -78,7 +83,7 @@ class LogNormal:
     min: int = Field(default=1, ge=1)
     max: int | None = None
 
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def sample(self, rng: np.random.Generator, n: int) -> TokenCounts:
         return _clip(rng.lognormal(np.log(self.median), self.sigma, size=n), self.min, self.max)
 
 
@@ -89,11 +94,11 @@ class Empirical:
     kind: Literal["empirical"]
     values: tuple[int, ...] = Field(min_length=1)
 
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def sample(self, rng: np.random.Generator, n: int) -> TokenCounts:
         return rng.choice(np.asarray(self.values, dtype=np.int64), size=n)
 
 
-def _clip(x: np.ndarray, low: int, high: int | None) -> np.ndarray:
+def _clip(x: npt.NDArray[np.float64], low: int, high: int | None) -> TokenCounts:
     return np.clip(np.rint(x), low, high if high is not None else None).astype(np.int64)
 
 
@@ -153,7 +158,7 @@ class WorkloadSpec:
     trace: tuple[TraceEntry, ...] = ()  # recorded requests, replayed in order (loaders fill it)
 
     def sample_lengths(self, n: int | None = None, seed: int | None = None
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                       ) -> tuple[TokenCounts, TokenCounts, npt.NDArray[np.bool_]]:
         """(prompt tokens incl. prefix, output tokens, carries-a-prefix) for n requests."""
         n = self.num_requests if n is None else n
         if self.trace:
@@ -172,7 +177,7 @@ class WorkloadSpec:
 _ADAPTER = TypeAdapter(WorkloadSpec)
 
 
-def validate_workload(data: dict, origin: str) -> WorkloadSpec:
+def validate_workload(data: Mapping[str, object], origin: str) -> WorkloadSpec:
     """A WorkloadSpec from plain data (a parsed file), or a one-line error naming the field."""
     try:
         spec = _ADAPTER.validate_python(data)
@@ -189,9 +194,10 @@ def validate_workload(data: dict, origin: str) -> WorkloadSpec:
     return spec
 
 
-def workload_to_dict(spec: WorkloadSpec) -> dict:
+def workload_to_dict(spec: WorkloadSpec) -> dict[str, Any]:
     """Plain JSON-able data that ``validate_workload`` turns back into an equal spec."""
-    return _ADAPTER.dump_python(spec, mode="json")
+    data: dict[str, Any] = _ADAPTER.dump_python(spec, mode="json")  # the fields, as JSON
+    return data
 
 
 @cache
@@ -219,7 +225,7 @@ class WorkloadStats:
     arrival_rate: float | None  # requests per second, None for inf / closed loop
 
 
-def _length_stats(x: np.ndarray) -> LengthStats:
+def _length_stats(x: TokenCounts) -> LengthStats:
     p50, p90, p99 = np.percentile(x, [50, 90, 99])
     return LengthStats(float(x.mean()), float(p50), float(p90), float(p99), int(x.max()))
 
