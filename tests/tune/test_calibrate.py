@@ -69,16 +69,16 @@ def _real_study(model_dir: Path, url: str, name: str = "real", *, runs: bool = T
     for seqs in SEQS:
         config = ServingConfig(max_num_seqs=seqs)
         row, trial = evaluator.evaluate(config.replace(enforce_eager=True))
-        row["config"] = config_to_json(config)  # --enforce-eager came from the server options
+        # --enforce-eager came from the server options
+        row = dataclasses.replace(row, config=config_to_json(config))
         if runs:
-            row["runs"] = [
+            row = dataclasses.replace(row, runs=(
                 {"kind": "capacity", "num_requests": NUM_REQUESTS, "rate": None,
                  "max_concurrency": None, "result": measure(trial.run).to_dict()},
                 {"kind": "traffic", "num_requests": NUM_REQUESTS, "rate": 6.0,
-                 "max_concurrency": None, "result": measure(trial.runs[1]).to_dict()}]
+                 "max_concurrency": None, "result": measure(trial.runs[1]).to_dict()}))
         asked = store.ask({"max_num_seqs": str(seqs)})
-        row.update(number=asked.number, phase="grid", knob=None)
-        store.tell(asked, row, (row["metrics"]["output_throughput"],), {})
+        store.tell(asked, row.stored(asked.number, "grid", None), (row.throughput,), {})
 
 
 def test_calibrate_a_study_fits_every_run_with_its_own_trials_config(

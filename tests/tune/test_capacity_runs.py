@@ -90,11 +90,11 @@ def test_rate_auto_measures_the_baseline_once_on_one_server() -> None:
     assert trial.ok and len(trial.runs) == 2
     assert evaluator.rate == round(0.65 * steady.request_throughput, 4)
     row, _ = evaluator.evaluate(base)
-    assert backend.starts == 1 and row["offered_rate"] == evaluator.rate
+    assert backend.starts == 1 and row.offered_rate == evaluator.rate
     again = Evaluator(SimBackend(SETUP), WORKLOAD, 60, {}, vocab_size=32_000,
                       batch_estimate=estimate, rate=evaluator.rate)
     fresh, _ = again.evaluate(base)
-    assert row["metrics"] == fresh["metrics"] and row["offered_rate"] == fresh["offered_rate"]
+    assert row.metrics == fresh.metrics and row.offered_rate == fresh.offered_rate
     evaluator.evaluate(base)  # a later evaluation (a repeat of it) runs again
     assert backend.starts == 2
     alone = _Counting(SETUP)
@@ -143,13 +143,13 @@ def test_over_capacity_only_beyond_the_resolution() -> None:
                           batch_estimate=estimate)
     config = CONFIGS[0]
     row, trial = evaluator.evaluate(config)
-    capacity = row["metrics"]["request_throughput"]
+    capacity = row.metrics["request_throughput"]
     margin = RESOLUTION["sim"]
     for offered, over, pick in ((capacity * 0.99, False, True),
                                 (capacity * (1 + margin / 2), False, False),
                                 (capacity * (1 + 2 * margin), True, False)):
         again = dataclasses.replace(evaluator, rate=offered).row(config, trial)
-        again["number"] = 0
-        assert again["over_capacity"] is over, offered / capacity
+        again = dataclasses.replace(again, number=0)
+        assert again.over_capacity is over, offered / capacity
         assert keeps_up(again) is pick
         assert bool(candidates([again])) is pick

@@ -310,12 +310,14 @@ def test_quant_fp8_is_in_every_pick_command_and_yaml(tmp_path: Path) -> None:
 
 def test_picks_of_a_stored_study_get_the_quantization_flag() -> None:
     from sweetspot.spec.quant import load_quantization
+    from sweetspot.tune.result import TrialResult
     from sweetspot.tune.study import _served
 
-    row = {"config": {"max_num_seqs": 64}}  # stored before trials carried --quantization
+    # stored before trials carried --quantization
+    row = TrialResult.from_dict({"config": {"max_num_seqs": 64}, "status": "ok"})
     assert _served(row, load_quantization("fp8")).quantization == "fp8"
     assert _served(row, load_quantization("awq")).quantization is None  # read from the weights
-    assert _served({"config": {"quantization": "fp8"}},
+    assert _served(TrialResult.from_dict({"config": {"quantization": "fp8"}, "status": "ok"}),
                    load_quantization("bf16")).quantization == "fp8"
 
 

@@ -79,8 +79,8 @@ def _search(backend: QueueFake, slos: str, state: RateSearch | None = None,
             on_round=None) -> RateSearch:
     evaluator = _evaluator(backend, slos)
     row, _ = evaluator.evaluate(ServingConfig())
-    row["number"] = 0
-    return search_rate(evaluator, ServingConfig(), row, state, on_round)
+    return search_rate(evaluator, ServingConfig(), row.stored(0, "baseline", None), state,
+                       on_round)
 
 
 def test_the_answer_brackets_the_true_goodput_within_four_percent_of_capacity() -> None:
@@ -149,6 +149,6 @@ def test_a_trial_whose_streams_arrived_bunched_is_marked() -> None:
             return Run(tuple(records), max(c.end_s for c in records), 1)
 
     row, _ = _evaluator(Bunched(), "p99_ttft=1s").evaluate(ServingConfig())
-    assert row["facts"]["bunched_streams"] is True
+    assert row.facts["bunched_streams"] is True
     calm, _ = _evaluator(QueueFake(), "p99_ttft=1s").evaluate(ServingConfig())
-    assert "bunched_streams" not in calm["facts"]
+    assert "bunched_streams" not in calm.facts

@@ -3,6 +3,7 @@ results, budget, resume after a kill, picks and confirmation."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from sweetspot.spec.workload import validate_workload
 from sweetspot.tune.confirm import welch_interval
 from sweetspot.tune.evaluate import Evaluator, parse_slos
 from sweetspot.tune.picks import choose_picks, pareto_front, pareto_numbers
+from sweetspot.tune.result import TrialResult
 from sweetspot.tune.space import Dimension, SearchSpace
 from sweetspot.tune.store import StudyStore
 from sweetspot.tune.tuner import Budget, Tuner, make_sampler
@@ -82,16 +84,16 @@ def test_ofat_sweeps_each_knob_from_the_baseline_then_combines(tmp_path: Path) -
     tuner = _tuner(tmp_path, backend, budget=100)
     tuner.run_ofat()
     rows = tuner.ordered_rows()
-    assert [r["phase"] for r in rows[:1]] == ["baseline"]
-    ofat = [r for r in rows if r["phase"] == "ofat"]
+    assert [r.phase for r in rows[:1]] == ["baseline"]
+    ofat = [r for r in rows if r.phase == "ofat"]
     assert len(ofat) == 4 + 2 + 1  # every other value of each knob, one knob at a time
     for row in ofat:  # the other knobs keep the baseline's values
-        changed = [k for k, v in row["config"].items() if v != rows[0]["config"][k]]
-        assert changed == [row["knob"]]
+        changed = [k for k, v in row.config.items() if v != rows[0].config[k]]
+        assert changed == [row.knob]
     combined = rows[-1]
-    assert combined["phase"] == "combined"
-    assert combined["config"]["max_num_seqs"] == 128  # the first value at the ceiling
-    assert combined["config"]["enable_prefix_caching"] is True
+    assert combined.phase == "combined"
+    assert combined.config["max_num_seqs"] == 128  # the first value at the ceiling
+    assert combined.config["enable_prefix_caching"] is True
     assert backend.calls == len(rows) == 9
 
 
@@ -100,9 +102,9 @@ def test_failed_trial_is_a_result(tmp_path: Path) -> None:
     tuner.run_grid()
     rows = tuner.ordered_rows()
     assert len(rows) == SPACE.size == 30
-    oom = [r for r in rows if r["status"] == "oom"]
-    assert len(oom) == 2 and all(r["cause"] == "CUDA out of memory" for r in oom)
-    assert all(not r["slo_ok"] and r["metrics"] == {} for r in oom)
+    oom = [r for r in rows if r.status == "oom"]
+    assert len(oom) == 2 and all(r.cause == "CUDA out of memory" for r in oom)
+    assert all(not r.slo_ok and r.metrics == {} for r in oom)
 
 
 def test_optuna_finds_the_best_within_a_third_of_the_grid(tmp_path: Path) -> None:
@@ -110,7 +112,7 @@ def test_optuna_finds_the_best_within_a_third_of_the_grid(tmp_path: Path) -> Non
     tuner.run("auto")
     best = tuner.best()
     # the best throughput of the space: 128+ sequences, prefix caching on (+10 %)
-    assert best["config"]["max_num_seqs"] >= 128 and best["config"]["enable_prefix_caching"]
+    assert best.config["max_num_seqs"] >= 128 and best.config["enable_prefix_caching"]
     assert len(tuner.rows) == 10
 
 
@@ -124,7 +126,7 @@ def test_resume_after_a_kill_loses_only_the_trial_in_flight(tmp_path: Path) -> N
     tuner.run("ofat")
     assert len(tuner.rows) == 8
     assert backend.calls == 5  # the interrupted one again, and four more
-    numbers = [r["number"] for r in tuner.ordered_rows()]
+    numbers = [r.number for r in tuner.ordered_rows()]
     assert numbers[:3] == [0, 1, 2] and 3 not in numbers  # trial 3 is the failed, lost one
 
 
@@ -144,12 +146,12 @@ def test_slos_constrain_the_picks(tmp_path: Path) -> None:
     tuner = _tuner(tmp_path, FakeBackend(), budget=100, slos="p99_tpot=15ms")
     tuner.run_grid()
     rows = tuner.ordered_rows()
-    ok = [r for r in rows if r["slo_ok"]]
-    assert ok and all(r["metrics"]["p99_tpot_ms"] <= 15 for r in ok)
-    assert any(r["status"] == "ok" and not r["slo_ok"] for r in rows)
+    ok = [r for r in rows if r.slo_ok]
+    assert ok and all(r.metrics["p99_tpot_ms"] <= 15 for r in ok)
+    assert any(r.status == "ok" and not r.slo_ok for r in rows)
     picks = {p.goal: p for p in choose_picks(rows, tuner.baseline_row(), None)}
     assert set(picks) == {"max-throughput", "low-latency", "memory-limited", "balanced"}
-    assert picks["memory-limited"].row["config"]["gpu_memory_utilization"] == 0.8
+    assert picks["memory-limited"].row.config["gpu_memory_utilization"] == 0.8
     assert picks["max-throughput"].gain["output_throughput"] > 2  # 128 x 1.1 vs 32 sequences
     assert any("max_num_seqs: 32 -> " in r for r in picks["max-throughput"].reasons)
 
@@ -159,24 +161,25 @@ def test_overloaded_picks_say_the_most_any_trial_served() -> None:
     with the best capacity found and its trial; no latency pick is made from latencies
     measured above capacity."""
     def row(n, rps, tp, lat, over):
-        return {"number": n, "status": "ok", "slo_ok": not over, "config": {"max_num_seqs": n},
-                "over_capacity": over, "offered_rate": 10.0,
-                "metrics": {"request_throughput": rps, "output_throughput": tp,
-                            "p99_e2el_ms": lat, "p99_ttft_ms": lat, "p99_tpot_ms": 50.0}}
+        return TrialResult(number=n, status="ok", cause=None, slo_ok=not over,
+                           config={"max_num_seqs": n}, over_capacity=over, offered_rate=10.0,
+                           metrics={"request_throughput": rps, "output_throughput": tp,
+                                    "p99_e2el_ms": lat, "p99_ttft_ms": lat,
+                                    "p99_tpot_ms": 50.0})
     rows = [row(0, 7.6, 1882.0, 30_000.0, True), row(1, 6.4, 1587.0, 24_500.0, True),
             row(2, 5.0, 1200.0, 40_000.0, True)]
     picks = choose_picks(rows, rows[0], 10.0)
-    assert [(p.goal, p.row["number"]) for p in picks] == [("max-throughput", 0)]
+    assert [(p.goal, p.row.number) for p in picks] == [("max-throughput", 0)]
     assert any("offered 10 req/s (the most: 7.60 req/s at steady state, trial 0)" in r
                for r in picks[0].reasons)
     # Short of the rate by less than the resolution: not flagged, but no pick either.
     rows[1] = row(1, 9.8, 2400.0, 900.0, False)
     picks = choose_picks(rows, rows[0], 10.0)
-    assert [(p.goal, p.row["number"]) for p in picks] == [("max-throughput", 1)]
+    assert [(p.goal, p.row.number) for p in picks] == [("max-throughput", 1)]
     assert any("the most: 9.80 req/s" in r for r in picks[0].reasons)
     rows[2] = row(2, 11.0, 2500.0, 900.0, False)  # one keeps up: it is every pick
     picks = choose_picks(rows, rows[0], 10.0)
-    assert {p.row["number"] for p in picks} == {2}
+    assert {p.row.number for p in picks} == {2}
     assert not any("the most:" in r for p in picks for r in p.reasons)
 
 
@@ -184,34 +187,34 @@ def test_a_pick_changes_the_baseline_only_beyond_the_resolution() -> None:
     """Within the resolution of the best, the fewest changes win: the baseline itself, or a
     configuration that leaves a useless knob at the user's value (and says so)."""
     def row(n, config, tp, ttft):
-        return {"number": n, "status": "ok", "slo_ok": True, "config": config, "phase": "ofat",
-                "knob": next(iter(config)), "memory_bytes": 10 * 2**30,
-                "metrics": {"output_throughput": tp, "p99_ttft_ms": ttft, "p99_tpot_ms": 20.0,
-                            "request_throughput": tp / 100}}
+        return TrialResult(number=n, status="ok", cause=None, slo_ok=True, config=config,
+                           phase="ofat", knob=next(iter(config)), memory_bytes=10 * 2**30,
+                           metrics={"output_throughput": tp, "p99_ttft_ms": ttft,
+                                    "p99_tpot_ms": 20.0, "request_throughput": tp / 100})
     base = {"max_num_seqs": 256, "max_model_len": 8192}
     rows = [row(0, base, 1000.0, 400.0),
             row(1, {**base, "max_model_len": 4096}, 1010.0, 400.0),  # +1 %: noise
             row(2, {"max_num_seqs": 512, "max_model_len": 4096}, 1300.0, 400.0),
             row(3, {"max_num_seqs": 512, "max_model_len": 8192}, 1290.0, 350.0)]
     picks = {p.goal: p for p in choose_picks(rows, rows[0], None, resolution=0.02)}
-    assert picks["max-throughput"].row["number"] == 3  # 1290 is within 2 % of 1300
+    assert picks["max-throughput"].row.number == 3  # 1290 is within 2 % of 1300
     assert any("no measurable gain from max_model_len 4096" in r
                for r in picks["max-throughput"].reasons)
-    assert picks["memory-limited"].row["number"] == 0  # equal memory: keep the baseline
-    assert picks["low-latency"].row["number"] == 3
+    assert picks["memory-limited"].row.number == 0  # equal memory: keep the baseline
+    assert picks["low-latency"].row.number == 3
     assert not any("max_model_len" in r for r in picks["low-latency"].reasons)
     picks = {p.goal: p for p in choose_picks(rows[:2], rows[0], None, resolution=0.02)}
-    assert picks["max-throughput"].row["number"] == 0
+    assert picks["max-throughput"].row.number == 0
     assert "nothing measurably better" in " ".join(picks["max-throughput"].reasons)
 
 
 def test_pareto_front_is_non_dominated() -> None:
     def row(n, tp, lat):
-        return {"number": n, "status": "ok", "metrics": {"output_throughput": tp,
-                                                         "p99_e2el_ms": lat}}
+        return TrialResult(config={}, number=n, status="ok", cause=None,
+                           metrics={"output_throughput": tp, "p99_e2el_ms": lat})
     rows = [row(0, 100, 50), row(1, 200, 80), row(2, 150, 90), row(3, 300, 200),
             row(4, 90, 40)]
-    assert [r["number"] for r in pareto_front(rows)] == [4, 0, 1, 3]
+    assert [r.number for r in pareto_front(rows)] == [4, 0, 1, 3]
 
 
 def test_duplicates_of_trial_0_are_counted_once(tmp_path: Path) -> None:
@@ -220,10 +223,10 @@ def test_duplicates_of_trial_0_are_counted_once(tmp_path: Path) -> None:
     tuner = _tuner(tmp_path, FakeBackend(), budget=1)
     tuner.run("ofat")
     first = tuner.rows[next(iter(tuner.rows))]
-    assert first["number"] == 0
+    assert first.number == 0
     trial = tuner.store.ask()
-    tuner.store.tell(trial, {**first, "duplicate_of": 0}, (1.0,), {"ran": 0.0})
-    assert [r["number"] for r in tuner.store.rows()] == [0]
+    tuner.store.tell(trial, dataclasses.replace(first, duplicate_of=0), (1.0,), {"ran": 0.0})
+    assert [r.number for r in tuner.store.rows()] == [0]
 
 
 def test_welch_interval() -> None:

@@ -8,7 +8,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -34,6 +34,9 @@ from sweetspot.spec.hardware import load_hardware
 from sweetspot.spec.presets import PRESETS
 from sweetspot.spec.quant import load_quantization
 from sweetspot.spec.version import DEFAULT_VLLM_VERSION, parse_vllm_version
+
+if TYPE_CHECKING:
+    from sweetspot.tune.result import TrialResult
 
 
 @app.command()
@@ -181,11 +184,11 @@ def tune(
                   transient=True) as progress:
         task = progress.add_task(f"study {settings.name}", total=budget)
 
-        def on_trial(row: dict, best: dict | None) -> None:
-            line = f"trial {row['number']} {row['status']}"
+        def on_trial(row: TrialResult, best: TrialResult | None) -> None:
+            line = f"trial {row.number} {row.status}"
             if best is not None:
-                line += (f" | best so far: trial {best['number']}, "
-                         f"{best['metrics']['output_throughput']:,.0f} tok/s")
+                line += (f" | best so far: trial {best.number}, "
+                         f"{best.throughput:,.0f} tok/s")
             progress.update(task, advance=1, description=line)
 
         data = run_study(settings, storage_url, resume=resume, space_changes=changes,

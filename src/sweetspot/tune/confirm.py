@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from sweetspot.spec.knobs import ServingConfig
 from sweetspot.tune.evaluate import Evaluator
-from sweetspot.tune.picks import THROUGHPUT
+from sweetspot.tune.result import TrialResult
 
 __all__ = ["LEVEL", "Confirmation", "confirm_finalists", "paired_ratio_interval",
            "welch_interval"]
@@ -103,19 +104,18 @@ def verdict_of(a: Sequence[float], b: Sequence[float], numbers: tuple[int, int]
     return Confirmation(numbers, (tuple(a), tuple(b)), ratio, (low, high), verdict, failed)
 
 
-def confirm_finalists(evaluator: Evaluator, finalists: Sequence[tuple[dict, object]],
+def confirm_finalists(evaluator: Evaluator,
+                      finalists: Sequence[tuple[TrialResult, ServingConfig]],
                       repeats: int) -> Confirmation | None:
     """``finalists``: two (row, config), the candidate first. Each row's own trial counts as
     its first run (same seed for both: already a pair); ``repeats`` more pairs follow,
     interleaved, each pair on a fresh seed."""
     if len(finalists) < 2 or repeats < 1:
         return None
-    samples: list[list[float]] = [[row["metrics"].get(THROUGHPUT, 0.0)]
-                                  for row, _ in finalists[:2]]
+    samples: list[list[float]] = [[row.throughput] for row, _ in finalists[:2]]
     for repeat in range(1, repeats + 1):
         for i, (_, config) in enumerate(finalists[:2]):
             row, _ = evaluator.evaluate(config, repeat=repeat)
-            samples[i].append(row["metrics"].get(THROUGHPUT, 0.0) if row["status"] == "ok"
-                              else 0.0)
-    numbers = (finalists[0][0]["number"], finalists[1][0]["number"])
+            samples[i].append(row.throughput if row.status == "ok" else 0.0)
+    numbers = (finalists[0][0].number or 0, finalists[1][0].number or 0)
     return verdict_of(samples[0], samples[1], numbers)

@@ -11,8 +11,8 @@ latencies measure the run's length and are neither checked nor compared. One sho
 not flagged (its latencies stand), but no pick is made of it. A workload without a rate has one
 run, which is both.
 
-A row is plain JSON (the study store keeps it, the report reads it); its ``metrics`` use
-``vllm bench serve``'s keys; measured trials also keep every run's bench-shaped result (``runs``).
+The row is a ``tune.result.TrialResult``; its ``metrics`` use ``vllm bench serve``'s keys;
+measured trials also keep every run's bench-shaped result (``runs``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from sweetspot.spec.knobs import ServingConfig, SpeculativeConfig
 from sweetspot.spec.requests import Request, sample_requests
 from sweetspot.spec.workload import ArrivalSpec, WorkloadSpec
 from sweetspot.tune.picks import RESOLUTION
+from sweetspot.tune.result import TrialResult
 
 __all__ = ["LATENCY_KEYS", "Evaluator", "config_to_json", "parse_slos",
            "traffic_workload"]
@@ -107,7 +108,7 @@ class Evaluator:
 
     def __post_init__(self) -> None:
         self._cache: dict[tuple, tuple] = {}
-        self._prepared: dict[tuple, tuple[dict, Trial]] = {}  # evaluations already run
+        self._prepared: dict[tuple, tuple[TrialResult, Trial]] = {}  # evaluations already run
 
     @property
     def offered_rate(self) -> float | None:
@@ -167,8 +168,9 @@ class Evaluator:
                                 seed=seed + TRAFFIC_SEED_OFFSET, vocab_size=self.vocab_size),
                 self._load())
 
-    def evaluate(self, config: ServingConfig, *, repeat: int = 0) -> tuple[dict, Trial]:
-        """Row (without number/phase) and the trial itself."""
+    def evaluate(self, config: ServingConfig, *, repeat: int = 0
+                 ) -> tuple[TrialResult, Trial]:
+        """The result (not yet numbered) and the trial itself."""
         seed = self.seed + 1000 * repeat
         prepared = self._prepared.pop((_key(config), repeat), None)
         if prepared is not None:
@@ -234,73 +236,84 @@ class Evaluator:
             probe.update(status="failed", cause=f"{metrics['failed']} requests failed")
         return probe
 
-    def row(self, config: ServingConfig, trial: Trial, *, seed: int | None = None) -> dict:
-        metrics: dict[str, Any] = {}
-        facts = dict(trial.counters)
-        failed = None
+    def row(self, config: ServingConfig, trial: Trial, *,
+            seed: int | None = None) -> TrialResult:
+        """``trial`` of ``config`` summarised: capacity from its first run's steady state,
+        latencies from its traffic run (the first run where there is none), SLOs checked."""
         offered = self.offered_rate
-        over = False
+        if not trial.ok or trial.run is None:
+            return self._result(config, trial, {}, dict(trial.counters), over=False)
+        capacity = measure(trial.run)
+        traffic = measure(trial.runs[1]) if len(trial.runs) > 1 else capacity
+        steady = steady_state(trial.run.records, trial.run.duration_s)
+        metrics = _metrics(capacity, traffic, steady)
+        facts = self._facts(trial, steady, capacity, traffic)
+        # Over capacity (its latencies belong to a growing queue, not to the server) only
+        # where the capacity falls short of the offered rate by more than the resolution:
+        # on an H100 (2026-12-06) a 128-sequence server read 58.8 req/s against 59.3
+        # offered while a long run of the same configuration served 70.5. Within the
+        # resolution its latencies stand, but no pick is made of it (TrialResult.keeps_up).
+        margin = RESOLUTION["measured" if self.measured else "sim"]
+        over = offered is not None and steady.request_throughput * (1 + margin) < offered
         runs: list[dict] = []
-        if trial.ok and trial.run is not None:
-            capacity = measure(trial.run)
-            traffic = measure(trial.runs[1]) if len(trial.runs) > 1 else capacity
-            cap, lat = capacity.result.to_dict(), traffic.result.to_dict()
-            steady = steady_state(trial.run.records, trial.run.duration_s)
-            tokens_per_request = (cap["total_input_tokens"] + cap["total_output_tokens"]) / max(
-                1, cap["completed"])
-            metrics = {"output_throughput": steady.output_throughput,
-                       "request_throughput": steady.request_throughput,
-                       "total_token_throughput": steady.request_throughput * tokens_per_request,
-                       "burst_output_throughput": cap["output_throughput"]}
-            metrics.update({k: lat[k] for k in LATENCY_KEYS if k in lat})
-            metrics["traffic_request_throughput"] = lat["request_throughput"]
-            failed = cap["failed"] + lat["failed"] if traffic is not capacity else cap["failed"]
-            metrics["failed"] = failed
-            facts.update(capacity_saturated=steady.saturated, peak_running=steady.peak_running,
-                         capacity_requests=len(trial.run.records),
-                         capacity_window_s=[round(t, 3) for t in steady.window_s])
-            # Over capacity (its latencies belong to a growing queue, not to the server) only
-            # where the capacity falls short of the offered rate by more than the resolution:
-            # on an H100 (2026-12-06) a 128-sequence server read 58.8 req/s against 59.3
-            # offered while a long run of the same configuration served 70.5. Within the
-            # resolution its latencies stand, but no pick is made of it (picks.keeps_up).
-            margin = RESOLUTION["measured" if self.measured else "sim"]
-            over = offered is not None and steady.request_throughput * (1 + margin) < offered
-            # Measured runs only: the simulator has no client to starve.
-            if self.measured and any(bunched_streams(m.to_dict()) for m in (capacity, traffic)):
-                facts["bunched_streams"] = True  # latencies of the client's scheduling
-            for m in (capacity, traffic):
-                if m.server is not None:
-                    facts.setdefault("preemptions", m.server.preemptions)
-                    facts.setdefault("peak_kv_usage", m.server.peak_kv_cache_usage)
-                    facts.setdefault("spec_acceptance_rate", m.server.spec_acceptance_rate)
-            if self.measured:  # every run's own result, for calibrate --study
-                seed = self.seed if seed is None else seed
-                runs.append(_run_entry("capacity", trial.run, None, capacity, seed))
-                if traffic is not capacity:
-                    runs.append(_run_entry("traffic", trial.runs[1], offered, traffic,
-                                           seed + TRAFFIC_SEED_OFFSET))
+        if self.measured:  # every run's own result, for calibrate --study
+            seed = self.seed if seed is None else seed
+            runs.append(_run_entry("capacity", trial.run, None, capacity, seed))
+            if traffic is not capacity:
+                runs.append(_run_entry("traffic", trial.runs[1], offered, traffic,
+                                       seed + TRAFFIC_SEED_OFFSET))
+        return self._result(config, trial, metrics, facts, over=over, runs=runs)
+
+    def _facts(self, trial: Trial, steady: SteadyState, *measured: Any) -> dict[str, Any]:
+        """The backend's counters, and what the runs showed beside the figures: the capacity
+        window, the server's own counters, whether the client's streams arrived bunched."""
+        assert trial.run is not None
+        facts: dict[str, Any] = dict(trial.counters)
+        facts.update(capacity_saturated=steady.saturated, peak_running=steady.peak_running,
+                     capacity_requests=len(trial.run.records),
+                     capacity_window_s=[round(t, 3) for t in steady.window_s])
+        # Measured runs only: the simulator has no client to starve.
+        if self.measured and any(bunched_streams(m.to_dict()) for m in measured):
+            facts["bunched_streams"] = True  # latencies of the client's scheduling
+        for m in measured:
+            if m.server is not None:
+                facts.setdefault("preemptions", m.server.preemptions)
+                facts.setdefault("peak_kv_usage", m.server.peak_kv_cache_usage)
+                facts.setdefault("spec_acceptance_rate", m.server.spec_acceptance_rate)
+        return facts
+
+    def _result(self, config: ServingConfig, trial: Trial, metrics: dict[str, Any],
+                facts: dict[str, Any], *, over: bool, runs: Sequence[dict] = ()
+                ) -> TrialResult:
+        failed = metrics.get("failed")
         missed = [] if over else [key for key, limit in self.slos.items()
                                   if key not in metrics or metrics[key] > limit]
         memory = trial.server.memory
-        memory_bytes = memory.held_bytes if memory is not None else None
-        row = {
-            "config": config_to_json(config),
-            "status": trial.status,
-            "cause": trial.cause,
-            "metrics": metrics,
-            "memory_bytes": memory_bytes,
-            "kv_cache_tokens": trial.server.kv_cache_tokens,
-            "offered_rate": offered,
-            "over_capacity": over,
-            "slo_ok": trial.ok and not over and not missed and not failed,
-            "slo_missed": missed,
-            "facts": {k: v for k, v in facts.items() if v is not None},
-            "seconds": round(trial.timings.total_s, 3),
-        }
-        if runs:
-            row["runs"] = runs
-        return row
+        return TrialResult(
+            config=config_to_json(config), status=trial.status, cause=trial.cause,
+            metrics=metrics, memory_bytes=memory.held_bytes if memory is not None else None,
+            kv_cache_tokens=trial.server.kv_cache_tokens, offered_rate=self.offered_rate,
+            over_capacity=over, slo_ok=trial.ok and not over and not missed and not failed,
+            slo_missed=tuple(missed), facts={k: v for k, v in facts.items() if v is not None},
+            seconds=round(trial.timings.total_s, 3), runs=tuple(runs))
+
+
+def _metrics(capacity: Any, traffic: Any, steady: SteadyState) -> dict[str, Any]:
+    """The row's figures: capacity from the steady state of the capacity run, latencies from
+    the traffic run, requests failed in either."""
+    cap, lat = capacity.result.to_dict(), traffic.result.to_dict()
+    tokens_per_request = (cap["total_input_tokens"] + cap["total_output_tokens"]) / max(
+        1, cap["completed"])
+    metrics: dict[str, Any] = {
+        "output_throughput": steady.output_throughput,
+        "request_throughput": steady.request_throughput,
+        "total_token_throughput": steady.request_throughput * tokens_per_request,
+        "burst_output_throughput": cap["output_throughput"]}
+    metrics.update({k: lat[k] for k in LATENCY_KEYS if k in lat})
+    metrics["traffic_request_throughput"] = lat["request_throughput"]
+    metrics["failed"] = cap["failed"] + lat["failed"] if traffic is not capacity \
+        else cap["failed"]
+    return metrics
 
 
 def _key(config: ServingConfig) -> str:

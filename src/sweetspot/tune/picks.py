@@ -25,12 +25,13 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from sweetspot.tune.result import THROUGHPUT, TrialResult
+
 __all__ = ["DEFAULT_LATENCY_KEYS", "GOALS", "RESOLUTION", "Pick", "candidates", "changed_knobs",
            "choose_picks", "keeps_up", "latency_keys", "pareto_front", "pareto_numbers",
            "reasons_for"]
 
 GOALS = ("max-throughput", "low-latency", "memory-limited", "balanced")
-THROUGHPUT = "output_throughput"
 LATENCY = "p99_e2el_ms"  # the Pareto front's latency axis
 DEFAULT_LATENCY_KEYS = ("p99_ttft_ms", "p99_tpot_ms")
 # The smallest relative difference a pick acts on: the simulator is deterministic per seed, so
@@ -42,17 +43,17 @@ NEGLIGIBLE = 0.005  # a difference too small to mention at all
 @dataclass(frozen=True, slots=True)
 class Pick:
     goal: str
-    row: dict
+    row: TrialResult
     gain: dict[str, float]  # relative change vs the baseline: +0.35 = 35 % more
     reasons: tuple[str, ...]
 
 
-def _tp(row: dict) -> float:
-    return row["metrics"].get(THROUGHPUT, 0.0)
+def _tp(row: TrialResult) -> float:
+    return row.throughput
 
 
-def _lat(row: dict) -> float:
-    return row["metrics"].get(LATENCY, float("inf"))
+def _lat(row: TrialResult) -> float:
+    return float(row.metrics.get(LATENCY, float("inf")))
 
 
 def latency_keys(slos: Mapping[str, float] | None) -> tuple[str, ...]:
@@ -61,33 +62,30 @@ def latency_keys(slos: Mapping[str, float] | None) -> tuple[str, ...]:
     return named or DEFAULT_LATENCY_KEYS
 
 
-def keeps_up(row: dict) -> bool:
+def keeps_up(row: TrialResult) -> bool:
     """Its capacity reaches the traffic's offered rate (any, where the traffic has none). A
     row can fall short without being flagged ``over_capacity`` (short by less than the
     resolution: its latencies are measurements, but a pick must promise to keep up)."""
-    rate = row.get("offered_rate")
-    return rate is None or row["metrics"].get("request_throughput", 0.0) >= rate
+    return row.keeps_up
 
 
-def candidates(rows: Sequence[dict]) -> list[dict]:
-    return [r for r in rows if r["status"] == "ok" and r["slo_ok"] and r["metrics"]
-            and not r.get("over_capacity") and keeps_up(r)]
+def candidates(rows: Sequence[TrialResult]) -> list[TrialResult]:
+    return [r for r in rows if r.ran and r.slo_ok and not r.over_capacity and r.keeps_up]
 
 
-def changed_knobs(row: dict, baseline_config: Mapping | None) -> list[str]:
+def changed_knobs(row: TrialResult, baseline_config: Mapping | None) -> list[str]:
     """Knobs whose value differs from the baseline's."""
     if baseline_config is None:
         return []
-    config = row["config"]
+    config = row.config
     return [k for k in sorted(set(config) | set(baseline_config))
             if config.get(k) != baseline_config.get(k)]
 
 
-def pareto_front(rows: Sequence[dict]) -> list[dict]:
+def pareto_front(rows: Sequence[TrialResult]) -> list[TrialResult]:
     """Rows no other row beats on both throughput (higher) and P99 latency (lower), by
     ascending throughput; rows over capacity have no latency to compare."""
-    ok = {r["number"]: r for r in rows if r["status"] == "ok" and r["metrics"]
-          and not r.get("over_capacity")}
+    ok = {r.number: r for r in rows if r.number is not None and r.ran and not r.over_capacity}
     return [ok[n] for n in pareto_numbers((n, _tp(r), _lat(r)) for n, r in ok.items())]
 
 
@@ -109,16 +107,16 @@ def pareto_numbers(points: Iterable[tuple[int, float, float]]) -> tuple[int, ...
 @dataclass(frozen=True, slots=True)
 class _Goal:
     name: str
-    figure: Callable[[dict], float]
+    figure: Callable[[TrialResult], float]
     higher: bool  # higher is better
 
 
-def _goals(pool: Sequence[dict], keys: Sequence[str]) -> list[_Goal]:
-    best = {k: min((r["metrics"][k] for r in pool if r["metrics"].get(k)), default=1.0)
+def _goals(pool: Sequence[TrialResult], keys: Sequence[str]) -> list[_Goal]:
+    best = {k: min((r.metrics[k] for r in pool if r.metrics.get(k)), default=1.0)
             for k in keys}
 
-    def latency(row: dict) -> float:  # geometric mean of each key relative to the best
-        logs = [math.log(max(row["metrics"].get(k, math.inf), 1e-9) / (best[k] or 1.0))
+    def latency(row: TrialResult) -> float:  # geometric mean of each key relative to the best
+        logs = [math.log(max(row.metrics.get(k, math.inf), 1e-9) / (best[k] or 1.0))
                 for k in keys]
         return math.exp(sum(logs) / len(logs)) if logs else 1.0
 
@@ -127,7 +125,7 @@ def _goals(pool: Sequence[dict], keys: Sequence[str]) -> list[_Goal]:
     return [
         _Goal("max-throughput", _tp, True),
         _Goal("low-latency", latency, False),
-        _Goal("memory-limited", lambda r: r.get("memory_bytes") or math.inf, False),
+        _Goal("memory-limited", lambda r: r.memory_bytes or math.inf, False),
         _Goal("balanced", lambda r: (_tp(r) / best_tp) * (best_lat / latency(r)), True),
     ]
 
@@ -138,8 +136,8 @@ def _within(value: float, best: float, higher: bool, resolution: float) -> bool:
     return value <= best * (1 + resolution)
 
 
-def _best_of(goal: _Goal, pool: Sequence[dict], base_config: Mapping | None,
-             resolution: float) -> tuple[dict, dict]:
+def _best_of(goal: _Goal, pool: Sequence[TrialResult], base_config: Mapping | None,
+             resolution: float) -> tuple[TrialResult, TrialResult]:
     """(the pick, the row with the best figure): the simplest row within ``resolution``."""
     sign = -1 if goal.higher else 1
     best = min(pool, key=lambda r: (sign * goal.figure(r), len(changed_knobs(r, base_config))))
@@ -151,16 +149,18 @@ def _best_of(goal: _Goal, pool: Sequence[dict], base_config: Mapping | None,
     return pick, best
 
 
-def choose_picks(rows: Sequence[dict], baseline: dict | None, offered_rate: float | None,
+def choose_picks(rows: Sequence[TrialResult], baseline: TrialResult | None,
+                 offered_rate: float | None,
                  memory_limit_bytes: int | None = None, *, resolution: float = 0.02,
                  slos: Mapping[str, float] | None = None,
-                 acceptance: Callable[[dict], str | None] | None = None) -> list[Pick]:
+                 acceptance: Callable[[TrialResult], str | None] | None = None
+                 ) -> list[Pick]:
     """The picks; ``acceptance(row)`` describes the speculative acceptance a row assumed or
     measured (printed beside any pick that speculates)."""
-    base_config = baseline["config"] if baseline is not None else None
+    base_config = baseline.config if baseline is not None else None
     pool = candidates(rows)
     if not pool:
-        ran = [r for r in rows if r["status"] == "ok" and r["metrics"]]
+        ran = [r for r in rows if r.ran]
         if not ran or offered_rate is None or any(keeps_up(r) for r in ran):
             return []
         row = max(ran, key=_tp)
@@ -172,14 +172,14 @@ def choose_picks(rows: Sequence[dict], baseline: dict | None, offered_rate: floa
     for goal in _goals(pool, keys):
         eligible = pool
         if goal.name == "memory-limited":
-            eligible = [r for r in pool if r.get("memory_bytes") is not None
-                        and (memory_limit_bytes is None or r["memory_bytes"] <= memory_limit_bytes)]
+            eligible = [r for r in pool if r.memory_bytes is not None
+                        and (memory_limit_bytes is None or r.memory_bytes <= memory_limit_bytes)]
             if not eligible:
                 continue
         row, best = _best_of(goal, eligible, base_config, resolution)
         reasons = reasons_for(goal.name, row, baseline, rows, resolution=resolution, keys=keys)
         reasons += _unmeasurable(goal, row, best, base_config, resolution)
-        if acceptance is not None and row["config"].get("speculative"):
+        if acceptance is not None and row.config.get("speculative"):
             described = acceptance(row)
             if described:
                 reasons += (described,)
@@ -187,62 +187,64 @@ def choose_picks(rows: Sequence[dict], baseline: dict | None, offered_rate: floa
     return picks
 
 
-def _unmeasurable(goal: _Goal, row: dict, best: dict, base_config: Mapping | None,
+def _unmeasurable(goal: _Goal, row: TrialResult, best: TrialResult,
+                  base_config: Mapping | None,
                   resolution: float) -> tuple[str, ...]:
     """What the best row changed that the pick leaves at the user's value, and why."""
     if _same(best, row) or base_config is None:
         return ()
     reverted = [k for k in changed_knobs(best, base_config)
-                if row["config"].get(k) == base_config.get(k)]
+                if row.config.get(k) == base_config.get(k)]
     if not reverted:
         return ()
     diff = goal.figure(best) / (goal.figure(row) or 1.0) - 1
     if abs(diff) < NEGLIGIBLE:  # the best only differs by rounding: nothing worth saying
         return ()
-    what = ", ".join(f"{k} {_text(best['config'].get(k))}" for k in reverted)
-    return (f"no measurable gain from {what}: trial {best.get('number')} with "
+    what = ", ".join(f"{k} {_text(best.config.get(k))}" for k in reverted)
+    return (f"no measurable gain from {what}: trial {best.number} with "
             f"{'it' if len(reverted) == 1 else 'them'} is within the {resolution:.0%} "
             f"resolution ({diff:+.1%} on this goal's figure)",)
 
 
-def _overload_note(pool: Sequence[dict], offered_rate: float | None) -> str:
+def _overload_note(pool: Sequence[TrialResult], offered_rate: float | None) -> str:
     """What an operator does next when nothing keeps up: the most any trial served, and where
     the missing capacity comes from."""
-    best = max(pool, key=lambda r: r["metrics"].get("request_throughput", 0))
-    capacity = best["metrics"].get("request_throughput", 0)
+    best = max(pool, key=lambda r: r.request_rate)
+    capacity = best.request_rate
     return (f"no configuration's capacity reaches the offered {offered_rate:g} req/s (the "
-            f"most: {capacity:.2f} req/s at steady state, trial {best.get('number')}), so none is "
+            f"most: {capacity:.2f} req/s at steady state, trial {best.number}), so none is "
             "sure to keep up; offer less traffic per replica (--rate), or more GPUs "
             "(replicas, tensor parallelism)")
 
 
-def _gain(row: dict, baseline: dict | None) -> dict[str, float]:
-    if baseline is None or baseline["status"] != "ok" or not baseline["metrics"]:
+def _gain(row: TrialResult, baseline: TrialResult | None) -> dict[str, float]:
+    if baseline is None or not baseline.ran:
         return {}
     out = {}
-    comparable = not row.get("over_capacity") and not baseline.get("over_capacity")
+    comparable = not row.over_capacity and not baseline.over_capacity
     for key in (THROUGHPUT, LATENCY, "p99_ttft_ms", "p99_tpot_ms"):
         if key != THROUGHPUT and not comparable:
             continue
-        base, new = baseline["metrics"].get(key), row["metrics"].get(key)
+        base, new = baseline.metrics.get(key), row.metrics.get(key)
         if base and new is not None:
             out[key] = new / base - 1
-    if baseline.get("memory_bytes") and row.get("memory_bytes"):
-        out["memory_bytes"] = row["memory_bytes"] / baseline["memory_bytes"] - 1
+    if baseline.memory_bytes and row.memory_bytes:
+        out["memory_bytes"] = row.memory_bytes / baseline.memory_bytes - 1
     return out
 
 
-def _same(row: dict, other: dict | None) -> bool:
-    return other is not None and row.get("number") == other.get("number")
+def _same(row: TrialResult, other: TrialResult | None) -> bool:
+    return other is not None and row.number == other.number
 
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f} ms" if value >= 100 else f"{value:.1f} ms"
 
 
-def _figure_line(goal: str, row: dict, baseline: dict | None, keys: Sequence[str]) -> str:
-    m = row["metrics"]
-    rate = row.get("offered_rate")
+def _figure_line(goal: str, row: TrialResult, baseline: TrialResult | None,
+                 keys: Sequence[str]) -> str:
+    m = row.metrics
+    rate = row.offered_rate
     at = f" at {rate:.3g} req/s" if rate else " at the workload's rate"
     if goal == "max-throughput":
         return (f"capacity {_tp(row):,.0f} output tok/s ({m.get('request_throughput', 0):.2f} "
@@ -252,15 +254,16 @@ def _figure_line(goal: str, row: dict, baseline: dict | None, keys: Sequence[str
         what = _key_label(keys[0]) if len(keys) == 1 else (
             " and ".join(_key_label(k) for k in keys) + " together (geometric mean)")
         line = f"lowest {what}{at}: {figures}"
-        if baseline is not None and not _same(row, baseline) and baseline.get("metrics") \
-                and not baseline.get("over_capacity"):
-            line += " (baseline: " + ", ".join(_ms(baseline["metrics"].get(k))
+        if baseline is not None and not _same(row, baseline) and baseline.metrics \
+                and not baseline.over_capacity:
+            line += " (baseline: " + ", ".join(_ms(baseline.metrics.get(k))
                                                for k in keys) + ")"
         return line
     if goal == "memory-limited":
-        line = f"smallest footprint that serves the traffic: {row['memory_bytes'] / 2**30:.1f} GiB"
-        if baseline is not None and baseline.get("memory_bytes"):
-            line += f" (baseline {baseline['memory_bytes'] / 2**30:.1f} GiB)"
+        held = (row.memory_bytes or 0) / 2**30
+        line = f"smallest footprint that serves the traffic: {held:.1f} GiB"
+        if baseline is not None and baseline.memory_bytes:
+            line += f" (baseline {baseline.memory_bytes / 2**30:.1f} GiB)"
         return line
     return (f"best throughput x latency trade: {_tp(row):,.0f} tok/s with "
             + ", ".join(f"{_key_label(k)} {_ms(m.get(k))}" for k in keys) + at)
@@ -271,12 +274,13 @@ def _key_label(key: str) -> str:
     return f"{stat.upper() if stat.startswith('p') else stat} {rest.removesuffix('_ms').upper()}"
 
 
-def reasons_for(goal: str, row: dict, baseline: dict | None, rows: Sequence[dict], *,
+def reasons_for(goal: str, row: TrialResult, baseline: TrialResult | None,
+                rows: Sequence[TrialResult], *,
                 resolution: float = 0.02, keys: Sequence[str] = DEFAULT_LATENCY_KEYS
                 ) -> tuple[str, ...]:
     """Why this row wins its goal, from the simulator's or server's counters and the sweeps."""
     out: list[str] = [_figure_line(goal, row, baseline, keys)]
-    facts, config = row.get("facts", {}), row["config"]
+    facts, config = row.facts, row.config
     if _same(row, baseline):
         out.append("your configuration: nothing measurably better for this goal")
     seqs = config.get("max_num_seqs")
@@ -291,23 +295,23 @@ def reasons_for(goal: str, row: dict, baseline: dict | None, rows: Sequence[dict
     if facts.get("preemptions"):
         out.append(f"{facts['preemptions']} preemptions (KV cache ran out)")
     share = facts.get("compute_bound_share")
-    if share is not None and row["metrics"]:
+    if share is not None and row.metrics:
         out.append(f"{share:.0%} of steps compute-bound, {1 - share:.0%} memory-bound")
     if baseline is not None:
-        for knob in changed_knobs(row, baseline["config"]):
-            out.append(f"{knob}: {_text(baseline['config'].get(knob))} -> "
+        for knob in changed_knobs(row, baseline.config):
+            out.append(f"{knob}: {_text(baseline.config.get(knob))} -> "
                        f"{_text(config.get(knob))}"
                        + _sweep_note(knob, config.get(knob), baseline, rows, resolution))
     return tuple(out)
 
 
-def _sweep_note(knob: str, value, baseline: dict, rows: Sequence[dict],
+def _sweep_note(knob: str, value, baseline: TrialResult, rows: Sequence[TrialResult],
                 resolution: float) -> str:
     """How the knob alone did in its one-knob sweep, when the study has one and it mattered."""
     for r in rows:
-        if r.get("phase") == "ofat" and r.get("knob") == knob and r["config"].get(knob) == value:
-            if r["status"] != "ok" or baseline["status"] != "ok" or not baseline["metrics"]:
-                return f" (alone: {r['status']})"
+        if r.phase == "ofat" and r.knob == knob and r.config.get(knob) == value:
+            if r.status != "ok" or not baseline.ran:
+                return f" (alone: {r.status})"
             change = _tp(r) / (_tp(baseline) or 1.0) - 1
             return f" (alone: {change:+.0%} throughput)" if abs(change) > resolution else ""
     return ""

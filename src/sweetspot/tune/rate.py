@@ -25,6 +25,7 @@ from typing import Any
 from sweetspot._errors import SweetspotError
 from sweetspot.spec.knobs import ServingConfig
 from sweetspot.tune.evaluate import Evaluator
+from sweetspot.tune.result import TrialResult
 
 __all__ = ["FIRST_LADDER", "RateSearch", "search_rate"]
 
@@ -97,18 +98,17 @@ class RateSearch:
         return [f"{probe['status']}: {probe['cause']}" if probe.get("cause") else probe["status"]]
 
 
-def search_rate(evaluator: Evaluator, config: ServingConfig, row: Mapping[str, Any],
+def search_rate(evaluator: Evaluator, config: ServingConfig, row: TrialResult,
                 state: RateSearch | None = None,
                 on_round: Callable[[RateSearch], None] | None = None) -> RateSearch:
     """Run (or continue, from ``state``) the rate search for ``config`` whose study row is
     ``row``; ``on_round`` is called after each ladder (the study stores the state there, so an
     interrupted search resumes losing at most the ladder in flight)."""
     if state is None:
-        if row.get("status") != "ok" or "request_throughput" not in row.get("metrics", {}):
-            raise SweetspotError(f"no rate search on trial {row.get('number')}: it did not "
-                                 f"run ({row.get('status')}: {row.get('cause')})")
-        capacity = float(row["metrics"]["request_throughput"])
-        state = RateSearch(int(row["number"]), capacity, dict(evaluator.slos))
+        if row.status != "ok" or "request_throughput" not in row.metrics:
+            raise SweetspotError(f"no rate search on trial {row.number}: it did not "
+                                 f"run ({row.status}: {row.cause})")
+        state = RateSearch(int(row.number or 0), row.request_rate, dict(evaluator.slos))
     while rates := state.next_rates():
         probes = evaluator.probe_rates(config, rates, repeat=state.rounds + 1)
         state.probes.extend(probes)

@@ -36,6 +36,7 @@ from optuna.trial import TrialState
 
 from sweetspot._errors import SweetspotError
 from sweetspot._secrets import MASK, redact_url
+from sweetspot.tune.result import TrialResult
 from sweetspot.tune.space import SearchSpace
 
 __all__ = ["DEFAULT_STORAGE", "StudyExists", "StudyStore", "default_storage_url"]
@@ -247,7 +248,7 @@ class StudyStore:
     def distributions(self) -> dict[str, CategoricalDistribution]:
         return {d.knob: CategoricalDistribution(d.labels) for d in self.space.dimensions}
 
-    def rows(self) -> list[dict]:
+    def rows(self) -> list[TrialResult]:
         """Rows of the finished trials, in trial order, one per configuration: duplicates
         left out (the sampler's repeats, and the later of two processes that ran one
         configuration at once)."""
@@ -259,7 +260,7 @@ class StudyStore:
             key = json.dumps(row["config"], sort_keys=True)
             if key not in seen:
                 seen.add(key)
-                out.append(row)
+                out.append(TrialResult.from_dict(row))
         return out
 
     def ask(self, labels: Mapping[str, str] | None = None) -> optuna.trial.Trial:
@@ -285,9 +286,9 @@ class StudyStore:
                                              "process": owner_mark()})
         return trial
 
-    def tell(self, trial: optuna.trial.Trial, row: dict, values: tuple[float, ...],
+    def tell(self, trial: optuna.trial.Trial, row: TrialResult, values: tuple[float, ...],
              constraints: Mapping[str, float]) -> None:
-        trial.set_user_attr(ROW_ATTR, row)
+        trial.set_user_attr(ROW_ATTR, row.to_dict())  # the store's edge: JSON from here on
         for key, value in constraints.items():  # > 0: infeasible; the samplers read them
             trial.set_constraint(key, value)
         self.study.tell(trial, list(values) if len(values) > 1 else values[0])

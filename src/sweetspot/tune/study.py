@@ -29,7 +29,6 @@ from sweetspot.tune.confirm import Confirmation, confirm_finalists
 from sweetspot.tune.evaluate import Evaluator, config_to_json
 from sweetspot.tune.picks import (
     RESOLUTION,
-    THROUGHPUT,
     Pick,
     candidates,
     changed_knobs,
@@ -38,6 +37,7 @@ from sweetspot.tune.picks import (
     reasons_for,
 )
 from sweetspot.tune.rate import RateSearch, search_rate
+from sweetspot.tune.result import TrialResult
 from sweetspot.tune.space import SearchSpace, _values, config_key, default_space, value_label
 from sweetspot.tune.store import StudyExists, StudyStore
 from sweetspot.tune.tuner import STRATEGIES, Budget, Tuner, config_from_json, make_sampler
@@ -207,7 +207,7 @@ def resolve_study(settings: StudySettings, space_changes: dict | None = None) ->
 
 def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
               space_changes: dict | None = None,
-              on_trial: Callable[[dict, dict | None], None] | None = None,
+              on_trial: Callable[[TrialResult, TrialResult | None], None] | None = None,
               on_phase: Callable[[str], None] | None = None) -> dict:
     """Run (or continue) the study; returns ``study_data`` of the result."""
 
@@ -295,13 +295,13 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
     rows = tuner.ordered_rows()
     model_ref = settings.model
     store.set_attr("picks", [
-        {"goal": p.goal, "trial": p.row["number"], "gain": p.gain, "reasons": list(p.reasons),
+        {"goal": p.goal, "trial": p.row.number, "gain": p.gain, "reasons": list(p.reasons),
          "command": render_serve(_served(p.row, quant), model_ref, version).command(),
          "yaml": render_yaml(_served(p.row, quant), model_ref, version)}
         for p in picks])
-    store.set_attr("pareto", [r["number"] for r in pareto_front(rows)])
+    store.set_attr("pareto", [r.number for r in pareto_front(rows)])
     store.set_attr("confirmation", confirmation.to_dict() if confirmation else None)
-    store.set_attr("baseline_number", base_row["number"] if base_row else None)
+    store.set_attr("baseline_number", base_row.number if base_row else None)
     store.set_attr("resolution", resolution)
     return study_data(store.study, storage_url)
 
@@ -372,7 +372,7 @@ def _auto_rate(store: StudyStore, evaluator: Evaluator, baseline: ServingConfig,
                                 f"capacity ({steady.request_throughput:.2f} req/s)")
 
 
-def _simplify(tuner: Tuner, base_row: dict | None, offered: float | None, limit: int | None,
+def _simplify(tuner: Tuner, base_row: TrialResult | None, offered: float | None, limit: int | None,
               resolution: float, slos: dict, max_trials: int) -> None:
     """Run, for each goal's pick, the configurations with one changed knob set back to the
     baseline's value, so that a knob whose change buys nothing can keep the user's value (the
@@ -381,7 +381,7 @@ def _simplify(tuner: Tuner, base_row: dict | None, offered: float | None, limit:
     if base_row is None:
         return
     ran = 0
-    base_config = base_row["config"]
+    base_config = base_row.config
     tried: set[str] = set()
     while ran < max_trials:
         rows = tuner.ordered_rows()
@@ -389,7 +389,7 @@ def _simplify(tuner: Tuner, base_row: dict | None, offered: float | None, limit:
         proposals = []
         for pick in picks:
             for knob in changed_knobs(pick.row, base_config):
-                config = dict(pick.row["config"])
+                config = dict(pick.row.config)
                 if knob in base_config:
                     config[knob] = base_config[knob]
                 else:
@@ -408,26 +408,27 @@ def _simplify(tuner: Tuner, base_row: dict | None, offered: float | None, limit:
             ran += 1
 
 
-def _finalists(picks: list[Pick], rows: list[dict], base_row: dict | None
-               ) -> list[tuple[dict, ServingConfig]]:
+def _finalists(picks: list[Pick], rows: list[TrialResult], base_row: TrialResult | None
+               ) -> list[tuple[TrialResult, ServingConfig]]:
     """The max-throughput pick against the baseline (is the change worth it?), or, when the
     pick is the baseline, against the runner-up."""
     best = next((p.row for p in picks if p.goal == "max-throughput"), None)
     if best is None:
         return []
-    other = base_row if base_row is not None and base_row["number"] != best["number"] \
+    other = base_row if base_row is not None and base_row.number != best.number \
         and base_row in candidates([base_row]) else None
     if other is None:
-        pool = sorted((r for r in candidates(rows) if r["number"] != best["number"]),
-                      key=lambda r: -r["metrics"][THROUGHPUT])
+        pool = sorted((r for r in candidates(rows) if r.number != best.number),
+                      key=lambda r: -r.throughput)
         other = pool[0] if pool else None
     if other is None:
         return []
-    return [(r, config_from_json(r["config"])) for r in (best, other)]
+    return [(r, config_from_json(r.config)) for r in (best, other)]
 
 
-def _confirmed(picks: list[Pick], confirmation: Confirmation | None, base_row: dict | None,
-               rows: list[dict], resolution: float) -> list[Pick]:
+def _confirmed(picks: list[Pick], confirmation: Confirmation | None,
+               base_row: TrialResult | None, rows: list[TrialResult],
+               resolution: float) -> list[Pick]:
     """The paired verdict decides the max-throughput pick against the baseline: a tie (or a
     loss) keeps the baseline, a win says by how much."""
     if confirmation is None or base_row is None:
@@ -435,14 +436,14 @@ def _confirmed(picks: list[Pick], confirmation: Confirmation | None, base_row: d
     out = []
     for pick in picks:
         against_baseline = (pick.goal == "max-throughput"
-                            and pick.row["number"] != base_row["number"]
-                            and set(confirmation.numbers) == {pick.row["number"],
-                                                              base_row["number"]})
+                            and pick.row.number != base_row.number
+                            and set(confirmation.numbers) == {pick.row.number,
+                                                              base_row.number})
         if against_baseline and (confirmation.verdict == "tie"
-                                 or confirmation.numbers[0] == base_row["number"]):
+                                 or confirmation.numbers[0] == base_row.number):
             reasons = reasons_for(pick.goal, base_row, base_row, rows, resolution=resolution)
             pick = Pick(pick.goal, base_row, {}, (
-                *reasons, f"no measurable gain from trial {pick.row['number']}'s changes: "
+                *reasons, f"no measurable gain from trial {pick.row.number}'s changes: "
                           f"{confirmation.text()}"))
         elif against_baseline:
             pick = Pick(pick.goal, pick.row, pick.gain,
@@ -451,18 +452,18 @@ def _confirmed(picks: list[Pick], confirmation: Confirmation | None, base_row: d
     return out
 
 
-def _acceptance_text(settings: StudySettings) -> Callable[[dict], str | None]:
+def _acceptance_text(settings: StudySettings) -> Callable[[TrialResult], str | None]:
     """What a speculating pick's numbers rest on: the acceptance assumed (simulated) or the
     one the server counted (measured)."""
-    def describe(row: dict) -> str | None:
-        facts = row.get("facts") or {}
+    def describe(row: TrialResult) -> str | None:
+        facts = row.facts
         rate = facts.get("spec_acceptance_rate")
         if settings.backend != "sim":
             return None if rate is None else \
                 f"speculation at a measured acceptance rate of {rate:.0%}"
         from sweetspot.backends.sim.speculative import DEFAULT_ACCEPTANCE
 
-        method = (row["config"].get("speculative") or {}).get("method")
+        method = (row.config.get("speculative") or {}).get("method")
         assumed = settings.acceptance if settings.acceptance is not None \
             else DEFAULT_ACCEPTANCE.get(method, 0.6)
         source = "--acceptance" if settings.acceptance is not None else (
@@ -473,29 +474,29 @@ def _acceptance_text(settings: StudySettings) -> Callable[[dict], str | None]:
     return describe
 
 
-def _served(row: dict, quant: Quantization) -> ServingConfig:
+def _served(row: TrialResult, quant: Quantization) -> ServingConfig:
     """A pick's configuration as its command must serve it: vLLM quantises a 16-bit checkpoint
     at load time only when told (``--quantization fp8``), as ``advise`` writes it; a study
     stored before its trials carried the flag gets it here."""
-    config = config_from_json(row["config"])
+    config = config_from_json(row.config)
     if config.quantization is None and quant.vllm_flag:
         return config.replace(quantization=quant.vllm_flag)
     return config
 
 
 def _goodput(store: StudyStore, evaluator: Evaluator, config: ServingConfig,
-             row: dict | None) -> None:
+             row: TrialResult | None) -> None:
     """The rate search for ``config`` (the baseline), its state stored after every ladder so
     a resumed study continues it."""
-    if row is None or row["status"] != "ok" or not row["metrics"]:
-        cause = "it did not run" if row is None else f"it failed ({row['status']}: " \
-                                                        f"{row['cause']})"
-        store.set_attr("rate_search", {"trial": row and row["number"],
+    if row is None or not row.ran:
+        cause = "it did not run" if row is None else f"it failed ({row.status}: " \
+                                                        f"{row.cause})"
+        store.set_attr("rate_search", {"trial": row and row.number,
                                        "error": f"no rate search: {cause}"})
         return
     stored = store.study.user_attrs.get("rate_search")
     state = None
-    if stored and "error" not in stored and stored.get("trial") == row["number"]:
+    if stored and "error" not in stored and stored.get("trial") == row.number:
         state = RateSearch.from_dict(stored)
     search_rate(evaluator, config, row, state,
                 on_round=lambda s: store.set_attr("rate_search", s.to_dict()))
@@ -505,7 +506,7 @@ def study_data(study, storage_url: str) -> dict:
     """A stored study as the report's plain dict (see ``report``)."""
     attrs = study.user_attrs
     settings = attrs.get("settings", {})
-    rows = StudyStore(study, SearchSpace(()), ()).rows()
+    rows = [r.to_dict() for r in StudyStore(study, SearchSpace(()), ()).rows()]
     rows.sort(key=lambda r: r["number"])
     return {
         "study": study.study_name, "storage": storage_url,

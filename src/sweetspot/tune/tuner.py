@@ -17,18 +17,21 @@ Each configuration runs once per study: a strategy proposing a known one gets th
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
 from sweetspot.spec.knobs import ServingConfig, SpeculativeConfig
 from sweetspot.tune.evaluate import Evaluator
-from sweetspot.tune.picks import LATENCY, THROUGHPUT, candidates
+from sweetspot.tune.picks import LATENCY, candidates
+from sweetspot.tune.result import TrialResult
 from sweetspot.tune.space import SearchSpace, config_key
 from sweetspot.tune.store import StudyStore
 
@@ -47,7 +50,7 @@ class Budget:
     seconds: float | None = None
 
 
-def config_from_json(data: dict) -> ServingConfig:
+def config_from_json(data: Mapping[str, Any]) -> ServingConfig:
     values = dict(data)
     if isinstance(values.get("speculative"), dict):
         values["speculative"] = SpeculativeConfig.from_dict(values["speculative"])
@@ -64,7 +67,8 @@ def make_sampler(objective: str, seed: int) -> optuna.samplers.BaseSampler:
 class Tuner:
     def __init__(self, store: StudyStore, evaluator: Evaluator, space: SearchSpace,
                  baseline: ServingConfig, *, budget: Budget, objective: str = "throughput",
-                 seed: int = 0, on_trial: Callable[[dict, dict | None], None] | None = None,
+                 seed: int = 0,
+                 on_trial: Callable[[TrialResult, TrialResult | None], None] | None = None,
                  count_stored: bool = True):
         self.store = store
         self.evaluator = evaluator
@@ -74,7 +78,7 @@ class Tuner:
         self.objective = objective
         self.seed = seed
         self.on_trial = on_trial
-        self.rows: dict[str, dict] = {}
+        self.rows: dict[str, TrialResult] = {}
         self._refresh()  # a resumed study: what is done stays done
         # The budget counts the configurations this process runs, and those stored when it
         # opened a study it continues (--resume); a process that joins a running study
@@ -90,23 +94,23 @@ class Tuner:
         return ((b.trials is not None and self.counted + self.ran >= b.trials)
                 or (b.seconds is not None and time.monotonic() - self.started_s >= b.seconds))
 
-    def best(self) -> dict | None:
+    def best(self) -> TrialResult | None:
         pool = candidates(list(self.rows.values()))
-        return max(pool, key=lambda r: r["metrics"][THROUGHPUT]) if pool else None
+        return max(pool, key=lambda r: r.throughput) if pool else None
 
-    def baseline_row(self) -> dict | None:
+    def baseline_row(self) -> TrialResult | None:
         return self.rows.get(config_key(self.baseline))
 
-    def _values(self, row: dict) -> tuple[tuple[float, ...], dict[str, float]]:
+    def _values(self, row: TrialResult) -> tuple[tuple[float, ...], dict[str, float]]:
         """Objective values and constraints (> 0 infeasible): a failed trial is infeasible
         with the worst values, so the sampler learns to avoid its region."""
-        m = row["metrics"]
-        ok = row["status"] == "ok" and bool(m)
-        throughput = m.get(THROUGHPUT, 0.0) if ok else 0.0
+        m = row.metrics
+        ok = row.ran
+        throughput = row.throughput if ok else 0.0
         constraints = {"ran": 0.0 if ok else 1.0, "failed_requests": float(m.get("failed") or 0)}
         for key, limit in self.evaluator.slos.items():
             constraints[key] = m[key] / limit - 1 if key in m else 1.0
-        offered = row.get("offered_rate")
+        offered = row.offered_rate
         if offered:  # over capacity: the queue grows without bound, latencies mean nothing
             capacity = m.get("request_throughput", 0.0) if ok else 0.0
             constraints["keeps_up"] = offered / capacity - 1 if capacity > 0 else 1.0
@@ -118,13 +122,13 @@ class Tuner:
     def _refresh(self) -> None:
         """Take in the rows other processes serving the study have finished."""
         for row in self.store.rows():
-            self.rows.setdefault(config_key(config_from_json(row["config"])), row)
+            self.rows.setdefault(config_key(config_from_json(row.config)), row)
 
     def _run(self, trial: optuna.trial.Trial, config: ServingConfig, phase: str,
-             knob: str | None) -> dict:
+             knob: str | None) -> TrialResult:
         with self.store.running(trial):
-            row, _ = self.evaluator.evaluate(config)
-        row.update(number=trial.number, phase=phase, knob=knob)
+            result, _ = self.evaluator.evaluate(config)
+        row = result.stored(trial.number, phase, knob)
         values, constraints = self._values(row)
         self.store.tell(trial, row, values, constraints)
         self.rows[config_key(config)] = row
@@ -133,7 +137,8 @@ class Tuner:
             self.on_trial(row, self.best())
         return row
 
-    def evaluate(self, config: ServingConfig, phase: str, knob: str | None = None) -> dict:
+    def evaluate(self, config: ServingConfig, phase: str, knob: str | None = None
+                 ) -> TrialResult:
         """The row of ``config``: stored (by this process or another), or run now; where
         another process is running it, its row once it has finished."""
         key, labels = config_key(config), self.space.labels_of(config)
@@ -163,7 +168,7 @@ class Tuner:
 
     def run_ofat(self) -> None:
         base = self.evaluate(self.baseline, "baseline")
-        sweeps: dict[str, list[tuple[object, dict]]] = {}
+        sweeps: dict[str, list[tuple[object, TrialResult]]] = {}
         for dim in self.space.dimensions:
             current = getattr(self.baseline, dim.knob)
             sweeps[dim.knob] = [(current, base)]
@@ -178,7 +183,7 @@ class Tuner:
         for knob, tried in sweeps.items():
             fine = [(v, r) for v, r in tried if r in candidates([r])]
             if fine:
-                best[knob] = max(fine, key=lambda vr: vr[1]["metrics"][THROUGHPUT])[0]
+                best[knob] = max(fine, key=lambda vr: vr[1].throughput)[0]
         self.evaluate(self.baseline.replace(**best), "combined")
 
     def run_grid(self) -> None:
@@ -206,12 +211,12 @@ class Tuner:
             if key in self.rows:  # teach the sampler again, run nothing
                 known = self.rows[key]
                 values, constraints = self._values(known)
-                self.store.tell(trial, {**known, "duplicate_of": known["number"]}, values,
-                                constraints)
+                self.store.tell(trial, dataclasses.replace(known, duplicate_of=known.number),
+                                values, constraints)
                 duplicates += 1
                 continue
             duplicates = 0
             self._run(trial, config, "optuna", None)
 
-    def ordered_rows(self) -> list[dict]:
-        return sorted(self.rows.values(), key=lambda r: r["number"])
+    def ordered_rows(self) -> list[TrialResult]:
+        return sorted(self.rows.values(), key=lambda r: r.number or 0)
