@@ -210,7 +210,10 @@ class Server:
     def run(self, requests: Sequence[Request], load: LoadConfig,
             on_done: Callable[[], None] | None = None) -> Run | None:
         """``requests`` sent as ``load`` says (its URL and model are the server's); the run, or
-        None when the server had failed or failed during it (``status`` says how)."""
+        None when the server had failed or failed during it (``status`` says how). No requests
+        is the caller's mistake: a ``SweetspotError``, whichever backend serves."""
+        if not requests:
+            raise SweetspotError("no requests to send")
         if not self.ok:
             return None
         run = self._run(requests, load, on_done)
