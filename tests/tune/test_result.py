@@ -52,3 +52,22 @@ def test_a_failed_trial_has_no_figures() -> None:
 def test_a_row_it_cannot_read_is_an_error_naming_the_field(data: dict, message: str) -> None:
     with pytest.raises(SweetspotError, match=message.replace("(", r"\(").replace(")", r"\)")):
         TrialResult.from_dict(data)
+
+
+def test_a_study_reads_back_as_it_was_written() -> None:
+    from sweetspot.tune.result import StudyResult
+
+    data = {"study": "s", "storage": "sqlite:///x.db", "model": "m", "gpu": "h100",
+            "vllm_version": "0.32.0", "workload": "chat", "backend": "sim",
+            "objective": "throughput", "slos": {"p99_ttft_ms": 500.0}, "baseline": 3,
+            "trials": [ROW], "picks": [{"goal": "max-throughput", "trial": 3, "gain": {},
+                                        "reasons": ["your configuration"],
+                                        "command": "vllm serve m", "yaml": "model: m\n"}],
+            "pareto": [3], "confirmation": None, "settings": {"vllm": {"args": ["-x"]}},
+            "rate_search": None, "offered_rate": 3.5, "rate_note": None, "resolution": 0.02}
+    study = StudyResult.from_dict(json.loads(json.dumps(data)))
+    assert study.to_dict() == data
+    assert study.baseline_trial is not None and study.baseline_trial.throughput == 1200.0
+    assert study.trial(99) is None and study.picks[0].trial == 3
+    bare = StudyResult.from_dict({"study": "only-a-name"})  # interrupted before any trial
+    assert bare.trials == () and bare.baseline_trial is None and bare.picks == ()

@@ -18,7 +18,7 @@ from typing import Any
 
 from sweetspot._errors import SweetspotError
 
-__all__ = ["THROUGHPUT", "TrialResult"]
+__all__ = ["THROUGHPUT", "PickResult", "StudyResult", "TrialResult"]
 
 THROUGHPUT = "output_throughput"  # the capacity every goal speaks of (output tokens/s)
 
@@ -112,3 +112,104 @@ class TrialResult:
         values["slo_missed"] = tuple(values.get("slo_missed") or ())
         values["runs"] = tuple(values.get("runs") or ())
         return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class PickResult:
+    """One goal's pick as the study stores it: the trial, its gain over the baseline, why, and
+    the command (and YAML) that serves it."""
+
+    goal: str  # picks.GOALS
+    trial: int | None  # the picked trial's number
+    gain: Mapping[str, float] = field(default_factory=dict)  # relative: +0.35 = 35 % more
+    reasons: tuple[str, ...] = ()
+    command: str | None = None  # `vllm serve ...` for the user's release
+    yaml: str | None = None  # the same as a vLLM config file
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gain", _frozen(self.gain))
+        object.__setattr__(self, "reasons", tuple(self.reasons))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"goal": self.goal, "trial": self.trial, "gain": dict(self.gain),
+                "reasons": list(self.reasons), "command": self.command, "yaml": self.yaml}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PickResult:
+        return cls(goal=str(data.get("goal")), trial=data.get("trial"),
+                   gain=data.get("gain") or {}, reasons=tuple(data.get("reasons") or ()),
+                   command=data.get("command"), yaml=data.get("yaml"))
+
+
+@dataclass(frozen=True, slots=True)
+class StudyResult:
+    """A finished (or interrupted) study as the report and the CLI read it: what was tuned, every
+    trial, the picks, the Pareto front, the confirmation and the rate search. Absent parts read
+    as none (a study of only a baseline, an interrupted one): never an error."""
+
+    study: str  # its name
+    trials: tuple[TrialResult, ...] = ()  # by trial number
+    picks: tuple[PickResult, ...] = ()
+    pareto: tuple[int, ...] = ()  # trial numbers on the throughput/latency front
+    baseline: int | None = None  # the baseline's trial number
+    storage: str | None = None  # where it is stored (a URL, its password masked)
+    model: str | None = None
+    gpu: str | None = None
+    vllm_version: str | None = None
+    workload: str | None = None  # the workload's name
+    backend: str | None = None  # sim, vllm or endpoint
+    objective: str | None = None
+    slos: Mapping[str, float] = field(default_factory=dict)  # key -> limit (ms)
+    settings: Mapping[str, Any] = field(default_factory=dict)  # StudySettings.to_dict()
+    confirmation: Mapping[str, Any] | None = None  # confirm.Confirmation.to_dict()
+    rate_search: Mapping[str, Any] | None = None  # rate.RateSearch.to_dict() (or its error)
+    offered_rate: float | None = None  # req/s the traffic runs offered
+    rate_note: str | None = None  # how --rate auto chose it
+    resolution: float | None = None  # the smallest difference a pick acts on
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "trials", tuple(self.trials))
+        object.__setattr__(self, "picks", tuple(self.picks))
+        object.__setattr__(self, "pareto", tuple(self.pareto))
+        for name in ("slos", "settings"):
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
+
+    def trial(self, number: int | None) -> TrialResult | None:
+        """The trial numbered ``number`` (None when absent)."""
+        return next((t for t in self.trials if number is not None and t.number == number), None)
+
+    @property
+    def baseline_trial(self) -> TrialResult | None:
+        return self.trial(self.baseline)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``trials.json``; what earlier versions handed the report)."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name)
+                               for f in dataclasses.fields(self)}
+        out.update(trials=[t.to_dict() for t in self.trials],
+                   picks=[p.to_dict() for p in self.picks], pareto=list(self.pareto),
+                   slos=dict(self.slos), settings=_plain(self.settings))
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StudyResult:
+        """A study's JSON (``study_data``, a saved ``trials.json``); unknown keys are ignored:
+        a report may carry more than the study (its own additions)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in names}
+        values["study"] = str(data.get("study") or "study")
+        values["trials"] = tuple(TrialResult.from_dict(t) for t in data.get("trials") or ())
+        values["picks"] = tuple(PickResult.from_dict(p) for p in data.get("picks") or ())
+        values["pareto"] = tuple(data.get("pareto") or ())
+        values["slos"] = data.get("slos") or {}
+        values["settings"] = data.get("settings") or {}
+        return cls(**values)
+
+
+def _plain(value: Any) -> Any:
+    """Read-only mappings (and nested ones) as plain dicts and lists, for JSON."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
