@@ -56,6 +56,18 @@ def test_refused_in_argparse_words(args: list[str], problem: str) -> None:
     assert _installed().check_argv(args) == [problem]
 
 
+def test_every_problem_is_reported_at_once() -> None:
+    """Argparse stops at its first refusal; the check goes on past it, so one edit fixes all."""
+    args = ["--max-num-seqs", "many", "--bogus", "1", "--scheduling-policy", "lof",
+            "--enforce-eager=yes", "--seed", "7"]
+    assert _installed().check_argv(args) == [
+        "argument --max-num-seqs: invalid int value: 'many'",
+        "argument --scheduling-policy: invalid choice: 'lof' (choose from 'fcfs', 'priority')",
+        "argument --enforce-eager: ignored explicit argument 'yes'",
+        "unrecognized arguments: --bogus 1",
+    ]
+
+
 def test_missing_interpreter_is_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(SweetspotError, match="no such interpreter"):
         detect_vllm(tmp_path / "nope" / "python", use_cache=False)
