@@ -23,6 +23,9 @@ def _installed() -> InstalledVllm:
         ParserOption(("--compilation-config", "-cc"), None, None, None),
         ParserOption(("--middleware",), "*", None, None),
         ParserOption(("--seed",), None, None, "int"),
+        ParserOption(("--max-num-batched-tokens",), None, None, "human_readable_int"),
+        ParserOption(("--max-model-len",), None, None, "human_readable_int_or_auto"),
+        ParserOption(("--served-model-name",), "+", None, None),
     ]
     table = {s: o for o in options for s in o.strings}
     return InstalledVllm("python", Version("0.32.0"), table)
@@ -36,6 +39,8 @@ def _installed() -> InstalledVllm:
     ["-tp", "2", "--no-enable-prefix-caching"],
     ["--compilation-config.level", "3"],  # one key of a JSON option
     ["--middleware", "a", "b", "--seed", "-1"],  # a negative number is a value
+    ["--max-num-batched-tokens", "8k", "--max-model-len", "auto"],  # vLLM's human-readable ints
+    ["--max-model-len=1K", "--served-model-name", "a", "b"],
 ])
 def test_accepted(args: list[str]) -> None:
     assert _installed().check_argv(args) == []
@@ -51,6 +56,11 @@ def test_accepted(args: list[str]) -> None:
     (["--max-num-seqs"], "argument --max-num-seqs: expected one argument"),
     (["--max-num-seqs", "--enforce-eager"], "argument --max-num-seqs: expected one argument"),
     (["--enforce-eager=yes"], "argument --enforce-eager: ignored explicit argument 'yes'"),
+    (["--max-num-batched-tokens", "8kk"],
+     "argument --max-num-batched-tokens: invalid human_readable_int value: '8kk'"),
+    (["--max-model-len", "1.5K"], "argument --max-model-len: Decimals are not allowed with "
+                                  "binary suffixes like K. Did you mean to use 1.5k instead?"),
+    (["--served-model-name"], "argument --served-model-name: expected at least one argument"),
 ])
 def test_refused_in_argparse_words(args: list[str], problem: str) -> None:
     assert _installed().check_argv(args) == [problem]

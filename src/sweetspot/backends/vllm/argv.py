@@ -3,9 +3,9 @@
 The dump (``installed.py``) keeps what argparse needs to accept or refuse a token: each option's
 spellings, how many values it takes, its choices and the name of its value type. Rebuilt into an
 ``argparse.ArgumentParser``, it parses an argv as ``vllm serve`` would and refuses it in argparse's
-own sentences. Only value types are approximated: ``int`` and ``float`` are checked as vLLM checks
-them; any other type (JSON, a dataclass, an optional wrapper) takes any string, since the dump
-holds only its name.
+own sentences. Only value types are approximated: ``int``, ``float`` and vLLM's human-readable
+ints (``8k``) are checked as vLLM checks them, under the same names; any other type (JSON, a
+dataclass, an optional wrapper) takes any string, since the dump holds only its name.
 
 Before parsing, the argv gets the rewrites vLLM's ``FlexibleArgumentParser.parse_args`` makes:
 underscores in an option's name are dashes, and ``--opt.key value`` (one key of a JSON option)
@@ -23,7 +23,7 @@ from typing import NoReturn
 
 __all__ = ["ParserOption", "ServeParser"]
 
-_TYPES = {"int": int, "float": float}
+_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 # argparse's own test for a negative number, which is a value, never an option
 _NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
@@ -95,6 +95,35 @@ class ServeParser:
                 if str(exc) == refusal:
                     return args[:start] + args[stop:]
         return None
+
+
+def human_readable_int(value: str) -> int:
+    """vLLM's (``vllm.utils.argparse_utils``): 25.6k = 25,600, 1K = 1,024, and its sentence for
+    a decimal with a binary suffix. The name is argparse's word for a value it refuses."""
+    value = value.strip()
+    match = _HUMAN_INT.fullmatch(value)
+    if match is None:
+        return int(value)
+    number, suffix = match.groups()
+    power = "kmgt".index(suffix.lower()) + 1
+    if suffix.islower():
+        return int(float(number) * 1000**power)
+    if "." in number:
+        raise argparse.ArgumentTypeError(
+            f"Decimals are not allowed with binary suffixes like {suffix}. "
+            f"Did you mean to use {number}{suffix.lower()} instead?")
+    return int(number) * 1024**power
+
+
+def human_readable_int_or_auto(value: str) -> int:
+    """vLLM's: a human-readable int, or -1 / ``auto`` for "fit it to memory"."""
+    if value.strip() == "-1" or value.strip().lower() == "auto":
+        return -1
+    return human_readable_int(value)
+
+
+_TYPES = {"int": int, "float": float, "human_readable_int": human_readable_int,
+          "human_readable_int_or_auto": human_readable_int_or_auto}
 
 
 def _how(option: ParserOption) -> dict:
