@@ -26,6 +26,7 @@ def _installed() -> InstalledVllm:
         ParserOption(("--max-num-batched-tokens",), None, None, "human_readable_int"),
         ParserOption(("--max-model-len",), None, None, "human_readable_int_or_auto"),
         ParserOption(("--served-model-name",), "+", None, None),
+        ParserOption(("--optimization-level",), None, None, "str"),
     ]
     table = {s: o for o in options for s in o.strings}
     return InstalledVllm("python", Version("0.32.0"), table)
@@ -41,6 +42,9 @@ def _installed() -> InstalledVllm:
     ["--middleware", "a", "b", "--seed", "-1"],  # a negative number is a value
     ["--max-num-batched-tokens", "8k", "--max-model-len", "auto"],  # vLLM's human-readable ints
     ["--max-model-len=1K", "--served-model-name", "a", "b"],
+    ["-O3"], ["-O", "2"], ["-O=1"],  # FlexibleArgumentParser: --optimization-level
+    ["--scheduling", "fcfs", "--gpu=0.5"],  # abbreviations, as vLLM's parser allows them
+    ["--compilation_config.cudagraph_mode", "-1"],  # a dotted key takes the next token
 ])
 def test_accepted(args: list[str]) -> None:
     assert _installed().check_argv(args) == []
@@ -56,11 +60,20 @@ def test_accepted(args: list[str]) -> None:
     (["--max-num-seqs"], "argument --max-num-seqs: expected one argument"),
     (["--max-num-seqs", "--enforce-eager"], "argument --max-num-seqs: expected one argument"),
     (["--enforce-eager=yes"], "argument --enforce-eager: ignored explicit argument 'yes'"),
+    # an option of several spellings is named by all of them, as argparse names it
+    (["-tp", "two"], "argument --tensor-parallel-size/-tp: invalid int value: 'two'"),
+    (["--no-enable-prefix-caching=1"],
+     "argument --enable-prefix-caching/--no-enable-prefix-caching: ignored explicit argument '1'"),
     (["--max-num-batched-tokens", "8kk"],
      "argument --max-num-batched-tokens: invalid human_readable_int value: '8kk'"),
     (["--max-model-len", "1.5K"], "argument --max-model-len: Decimals are not allowed with "
                                   "binary suffixes like K. Did you mean to use 1.5k instead?"),
     (["--served-model-name"], "argument --served-model-name: expected at least one argument"),
+    (["--max-num", "8"],
+     "ambiguous option: --max-num could match --max-num-seqs, --max-num-batched-tokens"),
+    (["--num_scheduler_steps", "8"], "unrecognized arguments: --num-scheduler-steps 8"),
+    (["-O", "fast"], "unrecognized arguments: -O fast"),  # vLLM takes -O only before 0-3
+    (["--unknown.key", "1"], "unrecognized arguments: --unknown.key 1"),
 ])
 def test_refused_in_argparse_words(args: list[str], problem: str) -> None:
     assert _installed().check_argv(args) == [problem]
@@ -76,6 +89,19 @@ def test_every_problem_is_reported_at_once() -> None:
         "argument --enforce-eager: ignored explicit argument 'yes'",
         "unrecognized arguments: --bogus 1",
     ]
+
+
+def test_refusals_come_in_argparse_order_and_nothing_exits(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An ambiguous abbreviation is refused before any value (argparse reads every option's
+    spelling first), and argparse's own exit on it is turned into a problem line."""
+    problems = _installed().check_argv(["--seed", "x", "--max-num", "8", "--stray"])
+    assert problems == [
+        "ambiguous option: --max-num could match --max-num-seqs, --max-num-batched-tokens",
+        "argument --seed: invalid int value: 'x'",
+        "unrecognized arguments: --stray",
+    ]
+    assert capsys.readouterr() == ("", "")
 
 
 def test_missing_interpreter_is_one_line_error(tmp_path: Path) -> None:

@@ -8,8 +8,9 @@ ints (``8k``) are checked as vLLM checks them, under the same names; any other t
 dataclass, an optional wrapper) takes any string, since the dump holds only its name.
 
 Before parsing, the argv gets the rewrites vLLM's ``FlexibleArgumentParser.parse_args`` makes:
-underscores in an option's name are dashes, and ``--opt.key value`` (one key of a JSON option)
-sets ``--opt``. Abbreviations pass as they do in vLLM, whose parser leaves ``allow_abbrev`` on.
+underscores in an option's name are dashes, ``--opt.key value`` (one key of a JSON option) sets
+``--opt``, and ``-O3`` is ``--optimization-level 3``. Abbreviations pass as they do in vLLM, whose
+parser leaves ``allow_abbrev`` on.
 """
 
 from __future__ import annotations
@@ -144,22 +145,29 @@ def _how(option: ParserOption) -> dict:
 
 def _flexible(args: Sequence[str], strings: set[str]) -> list[str]:
     """``args`` as vLLM's ``FlexibleArgumentParser`` hands them to argparse: ``--max_num_seqs``
-    is ``--max-num-seqs`` (up to any ``.``), and ``--opt.key value`` or ``--opt.key=value``
-    sets ``--opt`` (vLLM folds such keys into one JSON value, taking the next token whatever
-    it looks like). A dotted name whose option is unknown stays as typed, to be named so."""
+    is ``--max-num-seqs`` (up to any ``.``); ``--opt.key value`` or ``--opt.key=value`` sets
+    ``--opt`` (vLLM folds such keys into one JSON value, taking the next token whatever it looks
+    like); and where ``-O`` is no option of its own but ``--optimization-level`` is (as in 0.32),
+    ``-O3``, ``-O=3`` and ``-O 3`` are that level. A dotted name whose option is unknown stays
+    as typed, to be named so."""
+    level_o = "-O" not in strings and "--optimization-level" in strings
     out: list[str] = []
-    tokens = iter(args)
-    for token in tokens:
+    tokens = iter(enumerate(args))
+    for i, token in tokens:
         name, eq, value = token.partition("=")
         if name.startswith("--"):
             head, dot, key = name.partition(".")
             name = head.replace("_", "-") + dot + key
         base = name.partition(".")[0]
         if name.startswith("-") and base != name and base in strings:
-            following = value if eq else next(tokens, None)
+            following = value if eq else next(tokens, (0, None))[1]
             out.append(base if following is None else f"{base}={following}")
-            continue
-        out.append(name + eq + value)
+        elif level_o and token.startswith("-O") and token != "-O":
+            out += ["--optimization-level", token[3:] if token[2] == "=" else token[2:]]
+        elif level_o and token == "-O" and args[i + 1:i + 2] in (["0"], ["1"], ["2"], ["3"]):
+            out.append("--optimization-level")
+        else:
+            out.append(name + eq + value)
     return out
 
 
