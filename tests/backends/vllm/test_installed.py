@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -133,3 +135,61 @@ def test_dump_is_cached_per_interpreter(tmp_path: Path, monkeypatch: pytest.Monk
     assert first.version == second.version == Version("0.24.0")
     assert second.check_argv(["--max-num-seqs", "8"]) == []
     assert calls.read_text().count("x") == 1
+
+
+# The installed server's real parser on a list of argvs: None where it takes one, else its last
+# word (its error(), which would print usage and exit, raises instead).
+_REAL_PARSER = r"""
+import json, sys
+try:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+except ImportError:
+    from vllm.utils import FlexibleArgumentParser
+try:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+except ImportError:
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+
+class Refused(Exception):
+    pass
+
+def refuse(message):
+    raise Refused(message)
+
+parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+parser.error = refuse
+said = []
+for argv in json.loads(sys.argv[1]):
+    try:
+        parser.parse_args(["model", *argv])
+        said.append(None)
+    except Refused as exc:
+        said.append(str(exc))
+print("REAL " + json.dumps(said))
+"""
+
+
+@pytest.mark.vllm
+def test_the_installed_parser_says_the_same(vllm_python: Path) -> None:
+    """The rebuilt parser takes what the real one takes and refuses the rest in its very words
+    (the real parser runs once, in one vLLM import of ~15 s; no server starts)."""
+    argvs = [
+        ["--max_num_seqs", "8", "-tp", "1", "--enforce-eager", "--no-enable-prefix-caching"],
+        ["-O3", "--compilation-config.mode", "3", "--scheduling", "priority"],
+        ["--max-model-len", "auto", "--max-num-batched-tokens", "8k", "--seed", "-1"],
+        ["--served-model-name", "a", "b", "--gpu-memory-utilization=0.5"],
+        ["--max-num-seqs", "many"], ["-tp", "two"], ["--enforce-eager=yes"], ["--dtype", "f8"],
+        ["--max-num-seqs"], ["--served-model-name"], ["--max-num-batched-tokens", "1.5K"],
+        ["--max-model-len", "lots"], ["--max-num-s", "8"], ["--num_scheduler_steps", "8"],
+        ["-O", "fast"],
+    ]
+    env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1",
+           "VLLM_LOGGING_LEVEL": "ERROR"}
+    done = subprocess.run([str(vllm_python), "-c", _REAL_PARSER, json.dumps(argvs)],
+                          capture_output=True, text=True, timeout=300, env=env,
+                          stdin=subprocess.DEVNULL)
+    said = [line for line in done.stdout.splitlines() if line.startswith("REAL ")]
+    assert said, done.stderr[-2000:]
+    real = json.loads(said[0].removeprefix("REAL "))
+    installed = detect_vllm(vllm_python)
+    assert [installed.check_argv(argv) for argv in argvs] == [[r] if r else [] for r in real]
