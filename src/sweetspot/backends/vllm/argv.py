@@ -76,9 +76,10 @@ class ServeParser:
                 _, unknown = self._parser.parse_known_args(rest, argparse.Namespace())
             except argparse.ArgumentError as exc:
                 found.append(str(exc))
-                rest = self._without_refused(rest, str(exc))
-                if rest is None:
+                remaining = self._without_refused(rest, str(exc))
+                if remaining is None:
                     break  # not found on its own: the first refusal stands alone
+                rest = remaining
                 continue
             if unknown:
                 found.append("unrecognized arguments: " + " ".join(unknown))
