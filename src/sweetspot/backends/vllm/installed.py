@@ -4,11 +4,8 @@ Importing vLLM takes seconds (torch comes with it), a rejected flag costs a whol
 the flag table (``engine.flags``) is sampled per minor release. So the installed server's own
 parser is read once per interpreter and vLLM build — every option, whether it takes a value, its
 choices, its value type — and cached as JSON; an argv is then checked against it in
-microseconds, and a bad flag becomes an ``invalid`` trial with argparse's own wording before any
-process starts.
-
-The check follows vLLM's ``FlexibleArgumentParser``: underscores in option names are dashes,
-``--opt=value`` is one token, ``--opt.key value`` sets one key of a JSON option.
+microseconds by argparse itself (``argv.py`` rebuilds the parser), and a bad flag becomes an
+``invalid`` trial with argparse's own wording before any process starts.
 """
 
 from __future__ import annotations
@@ -18,12 +15,13 @@ import json
 import os
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
 from sweetspot._errors import SweetspotError
+from sweetspot.backends.vllm.argv import ParserOption, ServeParser
 
 __all__ = ["InstalledVllm", "ParserOption", "detect_vllm"]
 
@@ -62,104 +60,22 @@ _DETECT_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
-class ParserOption:
-    """One option of the installed server's parser."""
-
-    strings: tuple[str, ...]  # every spelling, "--max-num-seqs", "--max_num_seqs"?, "-tp"
-    nargs: int | str | None  # argparse's: None = one value, 0 = a switch, "?", "*", "+"
-    choices: tuple[str, ...] | None
-    type_name: str | None  # "int", "float", ... when argparse converts the value
-
-    @property
-    def is_switch(self) -> bool:
-        return self.nargs == 0
-
-
-@dataclass(frozen=True, slots=True)
 class InstalledVllm:
     """What one interpreter's vLLM is and accepts."""
 
     python: str  # the interpreter, as given
     version: Version
     options: dict[str, ParserOption]  # every spelling -> its option
+    # the options as an argparse parser, built on the first check: most callers want the version
+    _parser: ServeParser | None = field(default=None, init=False, repr=False, compare=False)
 
     def check_argv(self, args: Sequence[str]) -> list[str]:
         """Problems argparse would report for the server options ``args`` (no program, no
         positional model), in argparse's words; empty when the server would accept them."""
-        problems: list[str] = []
-        unknown: list[str] = []
-        i = 0
-        while i < len(args):
-            token = args[i]
-            i += 1
-            if not token.startswith("-") or token == "-":
-                unknown.append(token)
-                continue
-            name, has_inline, inline = token.partition("=")
-            option = self._find(name)
-            if option is None:
-                unknown.append(token)
-                continue
-            if option.is_switch:
-                if has_inline:
-                    problems.append(f"argument {name}: ignored explicit argument {inline!r}")
-                continue
-            values: list[str]
-            if has_inline:
-                values = [inline]
-            elif option.nargs in (None, 1, "?"):
-                takes = i < len(args) and not _looks_like_flag(args[i])
-                if not takes and option.nargs != "?":
-                    problems.append(f"argument {name}: expected one argument")
-                    continue
-                values = [args[i]] if takes else []
-                i += len(values)
-            else:  # "*", "+", or a count: everything up to the next flag
-                values = []
-                while i < len(args) and not _looks_like_flag(args[i]):
-                    values.append(args[i])
-                    i += 1
-                if option.nargs == "+" and not values:
-                    problems.append(f"argument {name}: expected at least one argument")
-                    continue
-            problems += [p for v in values if (p := _check_value(name, option, v))]
-        if unknown:
-            problems.append("unrecognized arguments: " + " ".join(unknown))
-        return problems
-
-    def _find(self, spelling: str) -> ParserOption | None:
-        if spelling in self.options:
-            return self.options[spelling]
-        if spelling.startswith("--"):
-            canonical = "--" + spelling[2:].replace("_", "-")
-            if canonical in self.options:
-                return self.options[canonical]
-            base = canonical.split(".", 1)[0]  # --compilation-config.level 3
-            if "." in canonical and base in self.options:
-                return ParserOption((base,), None, None, None)
-        return None
-
-
-def _looks_like_flag(token: str) -> bool:
-    if not token.startswith("-"):
-        return False
-    try:
-        float(token)  # "-1" is a value
-    except ValueError:
-        return True
-    return False
-
-
-def _check_value(name: str, option: ParserOption, value: str) -> str | None:
-    if option.type_name in ("int", "float"):
-        try:
-            (int if option.type_name == "int" else float)(value)
-        except ValueError:
-            return f"argument {name}: invalid {option.type_name} value: {value!r}"
-    if option.choices is not None and value not in option.choices:
-        listed = ", ".join(repr(c) for c in option.choices)
-        return f"argument {name}: invalid choice: {value!r} (choose from {listed})"
-    return None
+        if self._parser is None:
+            object.__setattr__(self, "_parser", ServeParser(self.options.values()))
+        assert self._parser is not None
+        return self._parser.problems(args)
 
 
 def _cache_dir() -> Path:
