@@ -84,6 +84,8 @@ def test_refused_options_start_no_process(tmp_path: Path) -> None:
     assert not (tmp_path / "trials").exists()
     own = backend.run_args(["--port", "9"], _requests(), LOAD)
     assert own.status == "invalid" and "set by sweetspot" in own.cause
+    short = backend.run_args(["--por=9"], _requests(), LOAD)  # vLLM's parser takes abbreviations
+    assert short.status == "invalid" and short.cause.startswith("--por=9 is set by sweetspot")
 
 
 def test_config_checked_before_rendering(tmp_path: Path) -> None:

@@ -65,6 +65,13 @@ _SERVE_PROGRAMS = (("vllm", "serve"), ("python", "-m", "vllm.entrypoints.openai.
 _OWN_OPTIONS = ("--host", "--port", "--model")
 
 
+def _own_option(name: str) -> bool:
+    """``name`` is one of the backend's own options or an abbreviation of one (vLLM's parser
+    takes ``--po`` for ``--port``)."""
+    return name.startswith("--") and len(name) > 3 and any(o.startswith(name)
+                                                           for o in _OWN_OPTIONS)
+
+
 def split_serve_command(words: Sequence[str]) -> tuple[str | None, list[str]]:
     """``[vllm serve] [MODEL] options…`` -> (model or None, options)."""
     words = list(words)
@@ -161,7 +168,7 @@ class VllmBackend:
 
     def check(self, args: Sequence[str]) -> list[str]:
         """Why vLLM would refuse the server options ``args`` (empty: it would not)."""
-        own = [a for a in args if a.split("=", 1)[0].replace("_", "-") in _OWN_OPTIONS]
+        own = [a for a in args if _own_option(a.split("=", 1)[0].replace("_", "-"))]
         problems = [f"{flag} is set by sweetspot for each trial; leave it out"
                     for flag in own]
         installed = self.installed
