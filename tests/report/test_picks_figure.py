@@ -6,7 +6,7 @@ import pytest
 
 from sweetspot.report import picks_data
 from sweetspot.report.picks_figure import PICK_METRICS, percent
-from tests.report.test_report import GIB, make_study
+from tests.report.test_report import GIB, make_study, typed
 
 
 def panel(data, key):
@@ -14,7 +14,7 @@ def panel(data, key):
 
 
 def test_one_panel_per_goal_number_baseline_first():
-    data = picks_data(make_study())
+    data = picks_data(typed(make_study()))
     assert [p.metric.key for p in data.panels] == [
         "output_throughput", "p99_ttft_ms", "p99_tpot_ms", "memory_bytes"]
     assert [p.metric.unit for p in data.panels] == ["tok/s", "ms", "ms", "GiB"]
@@ -28,7 +28,7 @@ def test_values_changes_and_verdicts():
     study = make_study()
     study["trials"][8]["metrics"]["p99_ttft_ms"] = 17_093.0  # low latency hides a slow start
     study["trials"][10]["memory_bytes"] = int(63 * GIB)
-    data = picks_data(study)
+    data = picks_data(typed(study))
 
     thr = panel(data, "output_throughput")
     assert thr.reference == 1000.0
@@ -53,7 +53,7 @@ def test_values_changes_and_verdicts():
 def test_small_changes_read_as_same_and_keep_a_decimal():
     study = make_study()
     study["trials"][10]["metrics"]["output_throughput"] = 996.0
-    bar = panel(picks_data(study), "output_throughput").bars[1]
+    bar = panel(picks_data(typed(study)), "output_throughput").bars[1]
     assert bar.verdict == "same" and bar.text == "996 (-0.4 %)"
     assert percent(-0.004) == "-0.4 %" and percent(24.387) == "+2,439 %"
 
@@ -62,7 +62,7 @@ def test_over_capacity_latencies_are_not_compared():
     study = make_study()
     study["trials"][8]["over_capacity"] = True
     study["trials"][8]["metrics"]["capacity_request_throughput"] = 4.2
-    data = picks_data(study)
+    data = picks_data(typed(study))
     for key in ("p99_ttft_ms", "p99_tpot_ms"):
         bar = panel(data, key).bars[2]
         assert (bar.goal, bar.verdict, bar.change, bar.text) == (
@@ -76,7 +76,7 @@ def test_over_capacity_latencies_are_not_compared():
 def test_an_over_capacity_baseline_leaves_latencies_unrated():
     study = make_study()
     study["trials"][0]["over_capacity"] = True
-    data = picks_data(study)
+    data = picks_data(typed(study))
     ttft = panel(data, "p99_ttft_ms")
     assert ttft.reference is None
     assert [b.verdict for b in ttft.bars] == ["over capacity", "unrated", "unrated", "unrated"]
@@ -91,7 +91,7 @@ def test_missing_numbers_and_failed_picks_read_as_no_data():
     study["trials"][10]["memory_bytes"] = None
     study["picks"].append({"goal": "memory-limited", "trial": 3})  # the oom trial
     study["picks"].append({"goal": "ghost", "trial": 99})  # no such trial: left out
-    data = picks_data(study)
+    data = picks_data(typed(study))
     assert [b.goal for b in data.panels[0].bars][-1] == "memory-limited"
     for p in data.panels:
         oom = p.bars[-1]
@@ -102,10 +102,10 @@ def test_missing_numbers_and_failed_picks_read_as_no_data():
 
 def test_nothing_to_draw_without_a_baseline_or_picks():
     study = make_study()
-    assert picks_data({**study, "picks": []}) is None
-    assert picks_data({**study, "baseline": None}) is None
-    assert picks_data({**study, "picks": [{"goal": "x", "trial": 42}]}) is None
-    assert picks_data({}) is None
+    assert picks_data(typed({**study, "picks": []})) is None
+    assert picks_data(typed({**study, "baseline": None})) is None
+    assert picks_data(typed({**study, "picks": [{"goal": "x", "trial": 42}]})) is None
+    assert picks_data(typed({})) is None
 
 
 def test_every_metric_says_which_way_is_better():
@@ -117,5 +117,5 @@ def test_small_numbers_keep_enough_digits_to_differ():
     study = make_study()
     study["trials"][0]["metrics"]["p99_tpot_ms"] = 1.76
     study["trials"][8]["metrics"]["p99_tpot_ms"] = 1.41
-    bars = panel(picks_data(study), "p99_tpot_ms").bars
+    bars = panel(picks_data(typed(study)), "p99_tpot_ms").bars
     assert (bars[0].text, bars[2].text) == ("1.76", "1.41 (-20 %)")

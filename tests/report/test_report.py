@@ -29,6 +29,7 @@ from sweetspot.report import (
     terminal_tables,
 )
 from sweetspot.report.study import knob_axis_label
+from sweetspot.tune.result import StudyResult
 
 GIB = 2**30
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -58,7 +59,13 @@ def trial(number, phase, knob, changes, status="ok", thr=None, e2el=None, ttft=2
     }
 
 
+def typed(data: dict) -> StudyResult:
+    """The report's input: the study as ``sweetspot tune`` hands it over, from its JSON form."""
+    return StudyResult.from_dict(data)
+
+
 def make_study() -> dict:
+    """The study's JSON (as ``study_data`` writes it), for tests to change before ``typed``."""
     trials = [
         trial(0, "baseline", None, {}, thr=1000.0, e2el=8000.0),
         trial(1, "ofat", "max_num_seqs", {"max_num_seqs": 128}, thr=800.0, e2el=6000.0),
@@ -117,7 +124,7 @@ ALL_PNGS = {
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     study = make_study()
-    files = build_report(study, tmp_path_factory.mktemp("report"))
+    files = build_report(typed(study), tmp_path_factory.mktemp("report"))
     return study, files
 
 
@@ -185,7 +192,9 @@ def test_csv_has_a_row_per_trial_and_a_column_per_knob(built):
 
 def test_json_exports(built):
     study, files = built
-    assert json.loads(files.trials_json.read_text()) == study
+    saved = json.loads(files.trials_json.read_text())
+    assert saved == typed(study).to_dict()
+    assert typed(saved).to_dict() == saved  # a saved report reads back as the study it was
     picks = json.loads(files.picks_json.read_text())
     assert picks["baseline"]["trial"] == 0
     assert [p["goal"] for p in picks["picks"]] == ["max-throughput", "low-latency", "balanced"]
@@ -196,7 +205,7 @@ def test_json_exports(built):
 
 
 def test_knob_gains_are_percent_over_baseline_best_first():
-    gains = knob_gains_data(make_study())
+    gains = knob_gains_data(typed(make_study()))
     assert [(g.knob, g.label, g.trial) for g in gains] == [
         ("max_num_seqs", "512", 2),
         ("speculative", "ngram k=3", 8),
@@ -207,7 +216,7 @@ def test_knob_gains_are_percent_over_baseline_best_first():
 
 
 def test_sweep_orders_values_marks_baseline_and_failures():
-    sweep = sweep_data(make_study(), "max_num_seqs")
+    sweep = sweep_data(typed(make_study()), "max_num_seqs")
     assert sweep.numeric and sweep.log_x
     assert [p.value for p in sweep.points] == [128, 256, 512, 1024]
     assert [p.is_baseline for p in sweep.points] == [False, True, False, False]
@@ -215,36 +224,36 @@ def test_sweep_orders_values_marks_baseline_and_failures():
     assert sweep.points[3].output_throughput is None
     assert sweep.points[1].memory_gib == pytest.approx(70.0)
 
-    spec = sweep_data(make_study(), "speculative")
+    spec = sweep_data(typed(make_study()), "speculative")
     assert not spec.numeric
     assert [p.label for p in spec.points] == ["off", "ngram k=3", "eagle k=2 model=EAGLE-draft"]
-    assert sweep_data(make_study(), "block_size") is None
+    assert sweep_data(typed(make_study()), "block_size") is None
 
 
 def test_sweep_keeps_one_point_per_value_baseline_first():
     study = make_study()
     study["trials"].append(trial(12, "ofat", "max_num_seqs", {"max_num_seqs": 256}, thr=5.0,
                                  e2el=1.0))
-    sweep = sweep_data(study, "max_num_seqs")
+    sweep = sweep_data(typed(study), "max_num_seqs")
     (point,) = [p for p in sweep.points if p.value == 256]
     assert point.is_baseline and point.trial == 0
 
 
 def test_max_model_len_data_keeps_ok_points_with_memory():
-    data = max_model_len_data(make_study())
+    data = max_model_len_data(typed(make_study()))
     assert [p.value for p in data.points] == [4096, 8192, 16384]  # 65536 was invalid
     assert [p.output_throughput for p in data.points] == [1100.0, 1000.0, 900.0]
     assert [p.memory_gib for p in data.points] == pytest.approx([72.0, 70.0, 68.0])
 
 
 def test_policy_latency_data():
-    data = policy_latency_data(make_study())
+    data = policy_latency_data(typed(make_study()))
     assert [(p.label, p.p99_ttft_ms, p.p99_e2el_ms) for p in data.points] == [
         ("fcfs", 250.0, 8000.0), ("priority", 200.0, 8100.0)]
 
 
 def test_speculative_data_compares_with_no_speculation():
-    data = speculative_data(make_study())
+    data = speculative_data(typed(make_study()))
     assert data.reference == "off" and data.tpot_metric == "mean_tpot_ms"
     assert [s.label for s in data.setups] == ["off", "ngram k=3", "eagle k=2 model=EAGLE-draft"]
     ngram = data.setups[1]
@@ -259,11 +268,11 @@ def test_speculative_falls_back_to_median_tpot():
     study = make_study()
     for t in study["trials"]:
         t["metrics"].pop("mean_tpot_ms", None)
-    assert speculative_data(study).tpot_metric == "median_tpot_ms"
+    assert speculative_data(typed(study)).tpot_metric == "median_tpot_ms"
 
 
 def test_pareto_data_uses_the_study_front_failures_and_goals():
-    data = pareto_data(make_study())
+    data = pareto_data(typed(make_study()))
     assert [p.trial for p in data.front] == [1, 8, 10]  # the tuner's list, by throughput
     assert data.failed == ((3, "oom"), (6, "invalid"))
     assert len(data.points) == 10
@@ -271,15 +280,17 @@ def test_pareto_data_uses_the_study_front_failures_and_goals():
     assert goals == {10: ("max-throughput", "balanced"), 8: ("low-latency",)}
 
     study = make_study()
-    del study["pareto"]
-    assert [p.trial for p in pareto_data(study).front] == [8, 10]  # computed: 8 dominates 1
+    del study["pareto"]  # stopped before the tuner chose: computed here
+    assert [p.trial for p in pareto_data(typed(study)).front] == [8, 10]  # 8 dominates 1
+    study["trials"][8]["over_capacity"] = True  # no latency to compare: off the front
+    assert [p.trial for p in pareto_data(typed(study)).front] == [9, 10]
 
 
 def test_pareto_labels_name_goals_once_per_trial_and_flag_over_capacity():
     study = make_study()
     study["trials"].append(copy.deepcopy(study["trials"][0]))  # a trial listed twice
     study["trials"][8]["over_capacity"] = True
-    data = pareto_data(study)
+    data = pareto_data(typed(study))
     assert len(data.points) == 10
     labels = {p.trial: p.label for p in data.points if p.label}
     assert labels == {10: "max-throughput, balanced (#10)", 8: "low-latency (#8)"}
@@ -295,11 +306,11 @@ def test_knob_axis_labels_carry_units():
 
 def test_picks_data_and_rows_put_the_baseline_first():
     study = make_study()
-    (throughput, *_) = picks_data(study).panels
+    (throughput, *_) = picks_data(typed(study)).panels
     assert [(b.goal, b.trial, b.value) for b in throughput.bars] == [
         ("baseline", 0, 1000.0), ("max-throughput", 10, 1300.0), ("low-latency", 8, 1150.0),
         ("balanced", 10, 1300.0)]
-    rows = pick_rows(study)
+    rows = pick_rows(typed(study))
     assert rows[0].goal == "baseline" and rows[0].changes == "" and rows[0].gains == ()
     assert rows[2].changes == "speculative off→ngram k=3"
     assert dict(rows[3].gains) == pytest.approx({"output_throughput": 0.3,
@@ -311,51 +322,52 @@ def test_study_without_speculative_trials_skips_that_figure(tmp_path):
     study["trials"] = [t for t in study["trials"] if t["knob"] != "speculative"]
     study["picks"] = [p for p in study["picks"] if p["trial"] != 8]
     study["pareto"] = [10, 1]
-    files = build_report(study, tmp_path)
+    files = build_report(typed(study), tmp_path)
     names = {p.name for p in files.pngs}
     assert names == ALL_PNGS - {"speculative.png", "sweep_speculative.png"}
     assert not (tmp_path / "speculative.png").exists()
-    assert speculative_data(study) is None
+    assert speculative_data(typed(study)) is None
 
 
 def test_baseline_only_study_builds_with_fewer_figures(tmp_path):
     study = make_study()
     study.update(trials=study["trials"][:1], picks=[], pareto=[0], confirmation=None, slos={})
-    files = build_report(study, tmp_path / "out")
+    files = build_report(typed(study), tmp_path / "out")
     assert files.pngs == ()
     page = files.html.read_text(encoding="utf-8")
     assert "SLOs:</b> none" in page and "No picks" in page
     with files.trials_csv.open(newline="") as f:
         assert len(list(csv.reader(f))) == 2
-    assert [t.title for t in terminal_tables(study)] == ["Picks — chat-a100"]
+    assert [t.title for t in terminal_tables(typed(study))] == ["Picks — chat-a100"]
 
 
 def test_empty_study_builds(tmp_path):
-    files = build_report({"study": "empty", "trials": []}, tmp_path)
+    files = build_report(typed({"study": "empty", "trials": []}), tmp_path)
     assert files.pngs == () and "nothing to compare" in files.html.read_text()
-    assert terminal_tables({"trials": []}) == []
+    assert terminal_tables(typed({"trials": []})) == []
 
 
 def test_storage_password_is_masked(tmp_path):
     study = make_study()
     study["storage"] = "postgresql://tuner:s3cret@db.local:5432/studies"
     study["trials"] = study["trials"][:1]
-    files = build_report(study, tmp_path)
+    result = typed(study)
+    files = build_report(result, tmp_path)
     for path in (files.trials_json, files.html):
         text = path.read_text()
         assert "s3cret" not in text and "tuner:***@db.local:5432" in text
-    assert study["storage"].endswith("s3cret@db.local:5432/studies")  # input left alone
+    assert result.storage.endswith("s3cret@db.local:5432/studies")  # input left alone
 
 
 def test_build_does_not_change_the_study(tmp_path):
-    study = make_study()
-    before = copy.deepcopy(study)
+    study = typed(make_study())
+    before = copy.deepcopy(study.to_dict())  # frozen, but its JSON parts hold dicts
     build_report(study, tmp_path)
-    assert study == before
+    assert study.to_dict() == before
 
 
 def test_terminal_tables_picks_then_one_per_knob():
-    tables = terminal_tables(make_study())
+    tables = terminal_tables(typed(make_study()))
     assert [t.title for t in tables] == [
         "Picks — chat-a100", "What each pick changes", "max_num_seqs (one knob at a time)",
         "max_model_len (one knob at a time)", "scheduling_policy (one knob at a time)",

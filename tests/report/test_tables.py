@@ -9,7 +9,7 @@ from rich.console import Console
 
 from sweetspot.report import pick_rows, terminal_tables
 from sweetspot.report.tables import picks_changes_table, picks_numbers_table
-from tests.report.test_report import make_study, trial
+from tests.report.test_report import make_study, trial, typed
 
 DRAFT = {"method": "draft_model", "model": "Qwen/Qwen2.5-0.5B-Instruct",
          "num_speculative_tokens": 4}
@@ -58,7 +58,7 @@ def cell_strings(table) -> list[str]:
 
 
 def test_report_tables_fit_80_columns_and_keep_every_number_whole():
-    tables = terminal_tables(crowded_study())
+    tables = terminal_tables(typed(crowded_study()))
     text = render(tables)
     lines = text.splitlines()
     assert max(map(len, lines)) <= 80
@@ -71,20 +71,20 @@ def test_report_tables_fit_80_columns_and_keep_every_number_whole():
 
 def test_picks_numbers_then_changes():
     study = crowded_study()
-    titles = [t.title for t in terminal_tables(study)]
+    titles = [t.title for t in terminal_tables(typed(study))]
     assert titles[:3] == ["Picks — chat-a100", "What each pick changes",
                           "Goodput: trial 0 at rising request rates"]
-    text = render([picks_numbers_table(pick_rows(study), "s")])
+    text = render([picks_numbers_table(pick_rows(typed(study)), "s")])
     (row,) = [line for line in text.splitlines() if "memory-limited" in line]
     assert re.findall(r"[\d,.]+\*?", row) == ["14", "12,586.8", "17,093.0*", "40.0*",
                                                "124,508.2*", "71.8"]
     assert "* measured above the trial's capacity" in text
-    changes = render([picks_changes_table(pick_rows(study))])
+    changes = render([picks_changes_table(pick_rows(typed(study)))])
     assert "speculative off→draft_model" in changes and "+6737.2 % P99 TTFT" in changes
     assert "model=Qwen2.5-0.5B-Instruct" in changes
     assert "baseline" not in changes.split("\n", 3)[3]  # the baseline changes nothing
 
 
 def test_no_over_capacity_note_when_every_latency_is_comparable():
-    text = render(terminal_tables(make_study()))
+    text = render(terminal_tables(typed(make_study())))
     assert "*" not in text and "measured above" not in text

@@ -67,6 +67,7 @@ def test_a_study_reads_back_as_it_was_written() -> None:
             "rate_search": None, "offered_rate": 3.5, "rate_note": None, "resolution": 0.02}
     study = StudyResult.from_dict(json.loads(json.dumps(data)))
     assert study.to_dict() == data
+    assert list(study.to_dict()) == list(data)  # study_data's order: trials.json stays as it was
     assert study.baseline_trial is not None and study.baseline_trial.throughput == 1200.0
     assert study.trial(99) is None and study.picks[0].trial == 3
     bare = StudyResult.from_dict({"study": "only-a-name"})  # interrupted before any trial

@@ -1,8 +1,9 @@
 """Turn a finished study into what people read: terminal tables, figures, one HTML page, exports.
 
-Everything takes the study dict that ``sweetspot tune`` records. The figure data (``figures``) and
-table rows (``tables``) are pure and tested; ``render`` draws them with matplotlib, which only
-``build_report`` loads.
+Everything takes the ``StudyResult`` that ``sweetspot tune`` records (``StudyResult.from_dict``
+reads a stored study's JSON or a saved trials.json); it becomes JSON again only where the report
+writes trials.json and picks.json. The figure data (``figures``) and table rows (``tables``) are
+pure and tested; ``render`` draws them with matplotlib, which only ``build_report`` loads.
 """
 
 from sweetspot.report.build import ReportFiles, build_report, picks_document

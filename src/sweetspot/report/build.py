@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sweetspot._files import atomic_path, write_text
 from sweetspot.report.html import render_html
-from sweetspot.report.study import baseline_trial, changes_text, redacted, trials_by_number
+from sweetspot.report.study import changes_text, redacted
 from sweetspot.report.tables import csv_table
+from sweetspot.tune.result import StudyResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +24,7 @@ class ReportFiles:
     picks_json: Path  # baseline and picks with their configs
 
 
-def build_report(study: Mapping[str, Any], out_dir: Path) -> ReportFiles:
+def build_report(study: StudyResult, out_dir: Path) -> ReportFiles:
     """Write trials.json, trials.csv, picks.json, the figures and report.html into ``out_dir``.
 
     A storage URL's password is masked in everything written.
@@ -36,7 +36,7 @@ def build_report(study: Mapping[str, Any], out_dir: Path) -> ReportFiles:
     study = redacted(study)
 
     trials_json = out_dir / "trials.json"
-    write_text(trials_json, json.dumps(study, indent=2) + "\n")
+    write_text(trials_json, json.dumps(study.to_dict(), indent=2) + "\n")
 
     trials_csv = out_dir / "trials.csv"
     header, rows = csv_table(study)
@@ -55,31 +55,33 @@ def build_report(study: Mapping[str, Any], out_dir: Path) -> ReportFiles:
                        picks_json=picks_json)
 
 
-def picks_document(study: Mapping[str, Any]) -> dict[str, Any]:
+def picks_document(study: StudyResult) -> dict[str, Any]:
     """picks.json: the study's identity, the baseline and each pick with its trial's results.
 
     Each pick keeps the tuner's keys and gains ``config``, ``changes`` (vs the baseline),
     ``status`` and ``metrics`` from its trial, so the file alone is enough to deploy a pick.
+    Everything in it is the study's JSON (``to_dict``), as trials.json has it.
     """
-    base = baseline_trial(study)
-    base_config = None if base is None else base.get("config") or {}
-    trials = trials_by_number(study)
+    data = study.to_dict()
+    base = study.baseline_trial
+    base_config = None if base is None else base.config
     picks = []
-    for pick in study.get("picks") or ():
-        trial = trials.get(int(pick["trial"])) if pick.get("trial") is not None else None
-        entry = dict(pick)
+    for pick in study.picks:
+        entry = pick.to_dict()
+        trial = study.trial(pick.trial)
         if trial is not None:
-            config = trial.get("config") or {}
-            entry.update(config=config, changes=changes_text(base_config, config),
-                         status=trial.get("status"), metrics=trial.get("metrics") or {})
+            row = trial.to_dict()
+            entry.update(config=row["config"], changes=changes_text(base_config, trial.config),
+                         status=row["status"], metrics=row["metrics"])
         picks.append(entry)
     keys = ("study", "model", "gpu", "vllm_version", "workload", "backend", "objective", "slos")
+    base_row = None if base is None else base.to_dict()
     return {
-        **{k: study.get(k) for k in keys},
-        "baseline": None if base is None else {
-            "trial": base.get("number"), "config": base.get("config") or {},
-            "status": base.get("status"), "metrics": base.get("metrics") or {},
+        **{k: data[k] for k in keys},
+        "baseline": None if base_row is None else {
+            "trial": base_row.get("number"), "config": base_row["config"],
+            "status": base_row["status"], "metrics": base_row["metrics"],
         },
         "picks": picks,
-        "confirmation": study.get("confirmation"),
+        "confirmation": data["confirmation"],
     }

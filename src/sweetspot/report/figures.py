@@ -15,19 +15,18 @@ from typing import Any
 
 from sweetspot.report.study import (
     OFAT,
-    baseline_trial,
     canonical,
     is_ok,
     memory_gib,
     metric,
     ofat_knobs,
     relative_change,
-    trials_by_number,
+    trial_number,
     value_label,
 )
 from sweetspot.tune.picks import pareto_numbers
+from sweetspot.tune.result import THROUGHPUT, StudyResult, TrialResult
 
-THROUGHPUT = "output_throughput"
 P99_E2EL = "p99_e2el_ms"
 P99_TTFT = "p99_ttft_ms"
 P99_TPOT = "p99_tpot_ms"
@@ -109,22 +108,19 @@ class ParetoData:
     failed: tuple[tuple[int, str], ...]  # (trial number, status) of trials that are not ok
 
 
-def sweep_data(study: Mapping[str, Any], knob: str) -> SweepData | None:
+def sweep_data(study: StudyResult, knob: str) -> SweepData | None:
     """The baseline plus every one-knob trial of ``knob``; None when the knob was not swept.
 
     One point per distinct value: the baseline wins a repeated value (it is the reference),
     otherwise the first trial that tried it.
     """
-    base = baseline_trial(study)
-    swept = [
-        t for t in study.get("trials") or ()
-        if t.get("phase") == OFAT and t.get("knob") == knob
-    ]
+    base = study.baseline_trial
+    swept = [t for t in study.trials if t.phase == OFAT and t.knob == knob]
     if not swept:
         return None
     points: dict[str, SweepPoint] = {}
     for trial in ([base] if base is not None else []) + swept:
-        value = (trial.get("config") or {}).get(knob)
+        value = trial.config.get(knob)
         points.setdefault(canonical(value), _point(trial, knob, value, trial is base))
     values = [p.value for p in points.values()]
     numeric = all(_is_number(v) for v in values)
@@ -142,12 +138,12 @@ def sweep_data(study: Mapping[str, Any], knob: str) -> SweepData | None:
     return SweepData(knob=knob, numeric=numeric, log_x=log_x, points=tuple(ordered))
 
 
-def sweeps(study: Mapping[str, Any]) -> tuple[SweepData, ...]:
+def sweeps(study: StudyResult) -> tuple[SweepData, ...]:
     """One sweep per one-knob-at-a-time knob, in the order the study tried them."""
     return tuple(s for k in ofat_knobs(study) if (s := sweep_data(study, k)) is not None)
 
 
-def max_model_len_data(study: Mapping[str, Any]) -> SweepData | None:
+def max_model_len_data(study: StudyResult) -> SweepData | None:
     """The guide's figure: max-model-len vs throughput and memory, ok points only (>= 2)."""
     sweep = sweep_data(study, "max_model_len")
     if sweep is None or not sweep.numeric:
@@ -155,13 +151,13 @@ def max_model_len_data(study: Mapping[str, Any]) -> SweepData | None:
     return _ok_only(sweep)
 
 
-def policy_latency_data(study: Mapping[str, Any]) -> SweepData | None:
+def policy_latency_data(study: StudyResult) -> SweepData | None:
     """P99 TTFT and P99 E2EL per scheduling policy, ok points only (>= 2)."""
     sweep = sweep_data(study, "scheduling_policy")
     return None if sweep is None else _ok_only(sweep)
 
 
-def speculative_data(study: Mapping[str, Any]) -> SpeculativeData | None:
+def speculative_data(study: StudyResult) -> SpeculativeData | None:
     """Each speculative setup against no speculation (or the baseline when "off" was not run)."""
     sweep = sweep_data(study, "speculative")
     if sweep is None:
@@ -171,15 +167,14 @@ def speculative_data(study: Mapping[str, Any]) -> SpeculativeData | None:
     reference = reference or next((p for p in ok if p.is_baseline), None)
     if reference is None or len(ok) < 2:
         return None
-    trials = trials_by_number(study)
     centre = next(
-        (m for m in TPOT_CENTRES if all(metric(trials[p.trial], m) is not None for p in ok)),
+        (m for m in TPOT_CENTRES if all(metric(study.trial(p.trial), m) is not None for p in ok)),
         TPOT_CENTRES[0],
     )
-    ref_trial = trials[reference.trial]
+    ref_trial = study.trial(reference.trial)
     setups = []
     for point in [reference] + [p for p in ok if p is not reference]:
-        trial = trials[point.trial]
+        trial = study.trial(point.trial)
         tpot, p99 = metric(trial, centre), metric(trial, P99_TPOT)
         setups.append(SpeculativeSetup(
             label=point.label,
@@ -195,13 +190,13 @@ def speculative_data(study: Mapping[str, Any]) -> SpeculativeData | None:
     return SpeculativeData(reference=reference.label, tpot_metric=centre, setups=tuple(setups))
 
 
-def knob_gains_data(study: Mapping[str, Any]) -> tuple[KnobGain, ...]:
+def knob_gains_data(study: StudyResult) -> tuple[KnobGain, ...]:
     """Each swept knob's best ok value, as percent throughput over the baseline, best first.
 
     Only the knob's own trials compete (the baseline does not), so a knob whose every value loses
     shows a negative gain; a knob with no ok trial, or a study without an ok baseline, shows none.
     """
-    base = metric(baseline_trial(study), THROUGHPUT)
+    base = metric(study.baseline_trial, THROUGHPUT)
     if not base:
         return ()
     gains = []
@@ -217,50 +212,50 @@ def knob_gains_data(study: Mapping[str, Any]) -> tuple[KnobGain, ...]:
     return tuple(sorted(gains, key=lambda g: -g.gain_pct))
 
 
-def pareto_data(study: Mapping[str, Any]) -> ParetoData | None:
+def pareto_data(study: StudyResult) -> ParetoData | None:
     """All ok trials in throughput-vs-P99-E2EL space, the front, failures and picks.
 
     The front is the study's own ``pareto`` list when it has one (the tuner may restrict it, e.g.
-    to SLO-meeting trials), else computed here. None with fewer than two ok points.
+    to SLO-meeting trials), else (a study stopped before it chose) computed here as the tuner
+    does, without the trials over capacity. None with fewer than two ok points.
     """
     goals: dict[int, list[str]] = {}
-    for pick in study.get("picks") or ():
-        if pick.get("trial") is not None:
-            goals.setdefault(int(pick["trial"]), []).append(str(pick.get("goal")))
+    for pick in study.picks:
+        if pick.trial is not None:
+            goals.setdefault(pick.trial, []).append(pick.goal)
     points = []
     failed = []
     seen: set[int] = set()
-    for trial in study.get("trials") or ():
-        number = int(trial["number"])
+    for trial in study.trials:
+        number = trial_number(trial)
         if number in seen:  # a study may list a trial twice: one point each
             continue
         seen.add(number)
         x, y = metric(trial, THROUGHPUT), metric(trial, P99_E2EL)
         if not is_ok(trial):
-            failed.append((number, str(trial.get("status"))))
+            failed.append((number, trial.status))
         elif x is not None and y is not None:
             points.append(ParetoPoint(number, x, y, tuple(goals.get(number, ())),
-                                      bool(trial.get("over_capacity"))))
+                                      trial.over_capacity))
     if len(points) < 2:
         return None
     by_number = {p.trial: p for p in points}
-    named = study.get("pareto")
-    if named is None:
-        front_numbers = pareto_numbers((p.trial, p.output_throughput, p.p99_e2el_ms)
-                                       for p in points)
+    if study.pareto:
+        front_numbers = tuple(n for n in study.pareto if n in by_number)
     else:
-        front_numbers = tuple(int(n) for n in named if int(n) in by_number)
+        front_numbers = pareto_numbers((p.trial, p.output_throughput, p.p99_e2el_ms)
+                                       for p in points if not p.over_capacity)
     front = sorted((by_number[n] for n in front_numbers),
                    key=lambda p: (p.output_throughput, p.p99_e2el_ms))
     return ParetoData(points=tuple(points), front=tuple(front), failed=tuple(failed))
 
 
-def _point(trial: Mapping[str, Any], knob: str, value: Any, is_baseline: bool) -> SweepPoint:
+def _point(trial: TrialResult, knob: str, value: Any, is_baseline: bool) -> SweepPoint:
     return SweepPoint(
         value=value,
         label=value_label(value, knob),
-        trial=int(trial["number"]),
-        status=str(trial.get("status")),
+        trial=trial_number(trial),
+        status=trial.status,
         is_baseline=is_baseline,
         output_throughput=metric(trial, THROUGHPUT),
         p99_ttft_ms=metric(trial, P99_TTFT),

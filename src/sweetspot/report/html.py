@@ -7,7 +7,7 @@ page fetches nothing, so it can be mailed or attached to a ticket as is.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from sweetspot.report.tables import (
     sweep_cells,
     trial_cells,
 )
+from sweetspot.tune.result import StudyResult
 
 CAPTIONS = {
     "max_model_len.png": "max-model-len against output throughput and device memory: a shorter "
@@ -63,9 +64,9 @@ figure { margin: 1em 0; } figure img { max-width: 100%; } figcaption { color: #5
 """
 
 
-def render_html(study: Mapping[str, Any], pngs: Sequence[Path]) -> str:
+def render_html(study: StudyResult, pngs: Sequence[Path]) -> str:
     """The whole page for ``study`` with the PNG files ``pngs`` embedded in the given order."""
-    name = str(study.get("study") or "study")
+    name = study.study or "study"
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -86,10 +87,10 @@ def render_html(study: Mapping[str, Any], pngs: Sequence[Path]) -> str:
     return "\n".join(p for p in parts if p) + "\n"
 
 
-def _header(study: Mapping[str, Any]) -> str:
+def _header(study: StudyResult) -> str:
     spans = []
     for key, title in _HEADER_FIELDS:
-        value = study.get(key)
+        value = getattr(study, key)
         if key == "storage":
             value = redact_url(value)
         if value not in (None, ""):
@@ -97,8 +98,8 @@ def _header(study: Mapping[str, Any]) -> str:
     return f'<p class="meta">{"".join(spans)}</p>'
 
 
-def _slos(study: Mapping[str, Any]) -> str:
-    slos = study.get("slos") or {}
+def _slos(study: StudyResult) -> str:
+    slos = study.slos
     if not slos:
         return "<p><b>SLOs:</b> none</p>"
     items = []
@@ -108,8 +109,8 @@ def _slos(study: Mapping[str, Any]) -> str:
     return f"<p><b>SLOs:</b> {escape(', '.join(items))}</p>"
 
 
-def _confirmation(study: Mapping[str, Any]) -> str:
-    confirmation = study.get("confirmation")
+def _confirmation(study: StudyResult) -> str:
+    confirmation = study.confirmation
     if not confirmation:
         return ""
     verdict = escape(str(confirmation.get("verdict") or ""))
@@ -117,8 +118,8 @@ def _confirmation(study: Mapping[str, Any]) -> str:
     return f'<p class="verdict"><b>Confirmation: {verdict}.</b> {text}</p>'
 
 
-def _goodput(study: Mapping[str, Any]) -> str:
-    search = study.get("rate_search")
+def _goodput(study: StudyResult) -> str:
+    search = study.rate_search
     if not search:
         return ""
     out = ["<h2>Goodput capacity</h2>", f'<p class="verdict">{escape(goodput_text(search))}</p>']
@@ -134,7 +135,7 @@ def _goodput(study: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _picks(study: Mapping[str, Any]) -> str:
+def _picks(study: StudyResult) -> str:
     rows = pick_rows(study)
     if not rows:
         return "<h2>Picks</h2><p>No baseline in this study: nothing to compare.</p>"
@@ -175,7 +176,7 @@ def _figures(pngs: Sequence[Path]) -> str:
     return "\n".join(out)
 
 
-def _sweeps(study: Mapping[str, Any]) -> str:
+def _sweeps(study: StudyResult) -> str:
     out = []
     for sweep in sweeps(study):
         out.append(f"<h3>{escape(sweep.knob)}</h3>")

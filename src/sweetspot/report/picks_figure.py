@@ -7,19 +7,19 @@ its own: a low-latency pick that triples TTFT, or a memory saving, must be visib
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from sweetspot.report.figures import P99_TPOT, P99_TTFT, THROUGHPUT
 from sweetspot.report.study import (
-    baseline_trial,
     is_ok,
     memory_gib,
     metric,
+    picked,
     relative_change,
-    trials_by_number,
+    trial_number,
 )
+from sweetspot.tune.result import StudyResult, TrialResult
 
 CAPACITY = "capacity_request_throughput"  # req/s the trial can serve, when the tuner knows it
 
@@ -69,7 +69,7 @@ class PicksData:
     note: str  # why some latencies are not compared; empty when all are
 
 
-def picks_data(study: Mapping[str, Any]) -> PicksData | None:
+def picks_data(study: StudyResult) -> PicksData | None:
     """Every goal's own numbers against the baseline: one panel per PICK_METRICS entry.
 
     A row flagged ``over_capacity`` was offered more traffic than it can serve, so its queue and
@@ -77,43 +77,34 @@ def picks_data(study: Mapping[str, Any]) -> PicksData | None:
     was measured) but are neither compared nor given a verdict, and the note says why. None
     without a baseline or a pick whose trial exists.
     """
-    base = baseline_trial(study)
-    trials = trials_by_number(study)
-    picked = [
-        (str(p.get("goal")), trials[int(p["trial"])])
-        for p in study.get("picks") or ()
-        if p.get("trial") is not None and int(p["trial"]) in trials
-    ]
-    if base is None or not picked:
+    base = study.baseline_trial
+    picks = [(pick.goal, trial) for pick, trial in picked(study)]
+    if base is None or not picks:
         return None
-    rows = [(BASELINE, base), *picked]
+    rows = [(BASELINE, base), *picks]
     panels = []
     for m in PICK_METRICS:
         reference = _goal_value(base, m)
-        if reference is not None and m.latency and _over_capacity(base):
+        if reference is not None and m.latency and base.over_capacity:
             reference = None
         panels.append(PicksPanel(m, reference, tuple(
             _pick_bar(goal, row, m, reference) for goal, row in rows)))
     return PicksData(panels=tuple(panels), note=_over_capacity_note(rows))
 
 
-def _goal_value(trial: Mapping[str, Any], m: GoalMetric) -> float | None:
+def _goal_value(trial: TrialResult, m: GoalMetric) -> float | None:
     if m.key == "memory_bytes":
         return memory_gib(trial) if is_ok(trial) else None
     return metric(trial, m.key)
 
 
-def _over_capacity(trial: Mapping[str, Any]) -> bool:
-    return bool(trial.get("over_capacity"))
-
-
-def _pick_bar(goal: str, trial: Mapping[str, Any], m: GoalMetric,
+def _pick_bar(goal: str, trial: TrialResult, m: GoalMetric,
               reference: float | None) -> PickBar:
-    number = int(trial["number"])
+    number = trial_number(trial)
     value = _goal_value(trial, m)
     if value is None:
         return PickBar(goal, number, None, None, MISSING_VALUE, "no data")
-    if m.latency and _over_capacity(trial):
+    if m.latency and trial.over_capacity:
         return PickBar(goal, number, value, None, OVER_CAPACITY, "over capacity")
     shown = f"{value:,.{_digits(value, m.unit)}f}"  # the unit is in the panel's title
     if goal == BASELINE:
@@ -141,11 +132,11 @@ def _digits(value: float, unit: str) -> int:
     return 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
 
 
-def _over_capacity_note(rows: Iterable[tuple[str, Mapping[str, Any]]]) -> str:
+def _over_capacity_note(rows: Iterable[tuple[str, TrialResult]]) -> str:
     over: dict[int, float | None] = {}
     for _, trial in rows:
-        if _over_capacity(trial):
-            over[int(trial["number"])] = metric(trial, CAPACITY)
+        if trial.over_capacity:
+            over[trial_number(trial)] = metric(trial, CAPACITY)
     if not over:
         return ""
     parts = [f"#{n}" + ("" if cap is None else f": {cap:.2f} req/s") for n, cap in over.items()]

@@ -59,6 +59,7 @@ from sweetspot.report.style import (
     x_axis,
     x_of,
 )
+from sweetspot.tune.result import StudyResult
 
 DPI = 110
 SIZE = (7.5, 4.2)  # inches: every figure but the few below, which carry more
@@ -73,7 +74,7 @@ VERDICT_STYLE = {  # picks figure: (face colour, hatch, legend entry)
 }
 
 
-def render_figures(study: Mapping[str, Any], out_dir: Path) -> tuple[Path, ...]:
+def render_figures(study: StudyResult, out_dir: Path) -> tuple[Path, ...]:
     """Write every figure the study has data for into ``out_dir``; return their paths in order."""
     jobs: list[tuple[str, Any, Callable[[Any, Figure], None]]] = [
         ("max_model_len.png", max_model_len_data(study), _max_model_len),
@@ -300,8 +301,8 @@ def _label_points(fig: Figure, ax: Any, points: Sequence[Any], texts: Sequence[s
                                 "shrinkA": 0, "shrinkB": 4} if far else None)
 
 
-def _goodput_data(study: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    search = study.get("rate_search")
+def _goodput_data(study: StudyResult) -> Mapping[str, Any] | None:
+    search = study.rate_search
     return search if search and "error" not in search and search.get("probes") else None
 
 

@@ -1,65 +1,64 @@
-"""Read-only accessors over the study dict that ``sweetspot tune`` writes (the report's only input).
+"""Read-only accessors over the study as ``sweetspot tune`` records it (the report's only input).
 
-The study is plain JSON data (see ``build_report``): a list of trials, each with a phase, the knob
-it varies (one-knob-at-a-time trials), its full config, a status and, when ok, its metrics. Every
-function here is pure and tolerant of absent keys: a study with only a baseline, a failed trial
-without metrics, or a pick that names a missing trial all read as "no data", never as an error.
+The study is a ``StudyResult``: its trials, each a ``TrialResult`` with a phase, the knob it
+varies (one-knob-at-a-time trials), its full config, a status and, when ok, its metrics, and its
+picks, each a ``PickResult`` naming a trial. Every function here is pure and tolerant of absent
+data: a study with only a baseline, a failed trial without metrics, or a pick that names a
+missing trial all read as "no data", never as an error.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from sweetspot._secrets import redact_url
-
-Trial = Mapping[str, Any]
+from sweetspot.tune.result import PickResult, StudyResult, TrialResult
 
 BYTES_PER_GIB = 2**30
 OK = "ok"
 OFAT = "ofat"
 
 
-def trials_by_number(study: Mapping[str, Any]) -> dict[int, Trial]:
-    """Trial number → trial, in the study's order."""
-    return {int(t["number"]): t for t in study.get("trials") or ()}
+def picked(study: StudyResult) -> tuple[tuple[PickResult, TrialResult], ...]:
+    """Each pick whose trial exists, with that trial, in the study's goal order."""
+    return tuple((pick, trial) for pick in study.picks
+                 if (trial := study.trial(pick.trial)) is not None)
 
 
-def baseline_trial(study: Mapping[str, Any]) -> Trial | None:
-    """The baseline trial, or None when the study names none or it is missing."""
-    number = study.get("baseline")
-    if number is None:
-        return None
-    return trials_by_number(study).get(int(number))
+def trial_number(trial: TrialResult) -> int:
+    """A study's trial's number (every trial a study holds is numbered; -1 if one is not)."""
+    return -1 if trial.number is None else trial.number
 
 
-def is_ok(trial: Trial | None) -> bool:
-    return trial is not None and trial.get("status") == OK
+def is_ok(trial: TrialResult | None) -> bool:
+    return trial is not None and trial.status == OK
 
 
-def metric(trial: Trial | None, name: str) -> float | None:
+def metric(trial: TrialResult | None, name: str) -> float | None:
     """A finite numeric metric of an ok trial, else None (failed trials carry no metrics)."""
-    if not is_ok(trial):
+    if trial is None or not is_ok(trial):
         return None
-    value = (trial.get("metrics") or {}).get(name)
+    value = trial.metrics.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value)
 
 
-def memory_gib(trial: Trial | None) -> float | None:
-    value = None if trial is None else trial.get("memory_bytes")
+def memory_gib(trial: TrialResult | None) -> float | None:
+    value = None if trial is None else trial.memory_bytes
     return None if value is None else value / BYTES_PER_GIB
 
 
-def ofat_knobs(study: Mapping[str, Any]) -> tuple[str, ...]:
+def ofat_knobs(study: StudyResult) -> tuple[str, ...]:
     """Knobs swept one at a time, in the order the study first tried them."""
     knobs: dict[str, None] = {}
-    for trial in study.get("trials") or ():
-        if trial.get("phase") == OFAT and trial.get("knob"):
-            knobs.setdefault(str(trial["knob"]), None)
+    for trial in study.trials:
+        if trial.phase == OFAT and trial.knob:
+            knobs.setdefault(trial.knob, None)
     return tuple(knobs)
 
 
@@ -148,9 +147,6 @@ def relative_change(value: float | None, reference: float | None) -> float | Non
     return value / reference - 1.0
 
 
-def redacted(study: Mapping[str, Any]) -> dict[str, Any]:
-    """The study as written to disk: a shallow copy whose storage URL hides any password."""
-    out = dict(study)
-    if "storage" in out:
-        out["storage"] = redact_url(out["storage"])
-    return out
+def redacted(study: StudyResult) -> StudyResult:
+    """The study as written to disk: its storage URL hides any password."""
+    return dataclasses.replace(study, storage=redact_url(study.storage))

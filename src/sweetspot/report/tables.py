@@ -22,13 +22,14 @@ from sweetspot.report.figures import (
     sweeps,
 )
 from sweetspot.report.study import (
-    baseline_trial,
     changes_text,
     memory_gib,
     metric,
+    picked,
     relative_change,
-    trials_by_number,
+    trial_number,
 )
+from sweetspot.tune.result import PickResult, StudyResult, TrialResult
 
 MISSING = "—"
 SWEEP_HEADERS = ("value", "output tok/s", "P99 E2EL ms", "memory GiB", "status")
@@ -58,18 +59,13 @@ class PickRow:
     yaml: str  # vLLM YAML config; may be empty
 
 
-def pick_rows(study: Mapping[str, Any]) -> tuple[PickRow, ...]:
+def pick_rows(study: StudyResult) -> tuple[PickRow, ...]:
     """The baseline, then each pick whose trial exists, in the study's goal order."""
-    base = baseline_trial(study)
+    base = study.baseline_trial
     if base is None:
         return ()
-    trials = trials_by_number(study)
-    base_config = base.get("config") or {}
-    rows = [_pick_row("baseline", base, base_config, {})]
-    for pick in study.get("picks") or ():
-        trial = trials.get(int(pick["trial"])) if pick.get("trial") is not None else None
-        if trial is not None:
-            rows.append(_pick_row(str(pick.get("goal")), trial, base_config, pick, base))
+    rows = [_pick_row("baseline", base, None, base)]
+    rows += [_pick_row(pick.goal, trial, pick, base) for pick, trial in picked(study)]
     return tuple(rows)
 
 
@@ -89,50 +85,48 @@ def sweep_cells(sweep: SweepData) -> list[tuple[str, ...]]:
     ]
 
 
-def trial_cells(study: Mapping[str, Any]) -> list[tuple[str, ...]]:
+def trial_cells(study: StudyResult) -> list[tuple[str, ...]]:
     """Every trial as TRIAL_HEADERS strings, in the study's order."""
-    base = baseline_trial(study)
-    base_config = None if base is None else base.get("config") or {}
+    base = study.baseline_trial
+    base_config = None if base is None else base.config
     rows = []
-    for t in study.get("trials") or ():
-        changes = "" if t is base else changes_text(base_config, t.get("config") or {})
-        kv = t.get("kv_cache_tokens")
+    for t in study.trials:
+        changes = "" if t is base else changes_text(base_config, t.config)
+        kv = t.kv_cache_tokens
         rows.append((
-            str(t.get("number")), str(t.get("phase") or ""), str(t.get("knob") or ""),
-            str(t.get("status")), changes, fmt_num(metric(t, THROUGHPUT)),
-            fmt_num(metric(t, P99_TTFT)), fmt_num(metric(t, P99_TPOT)),
-            fmt_num(metric(t, P99_E2EL)), fmt_num(memory_gib(t), 1),
-            MISSING if kv is None else f"{kv:,}", _yes_no(t.get("slo_ok")),
-            str(t.get("cause") or ""),
+            str(t.number), t.phase or "", t.knob or "", t.status, changes,
+            fmt_num(metric(t, THROUGHPUT)), fmt_num(metric(t, P99_TTFT)),
+            fmt_num(metric(t, P99_TPOT)), fmt_num(metric(t, P99_E2EL)),
+            fmt_num(memory_gib(t), 1), MISSING if kv is None else f"{kv:,}",
+            _yes_no(t.slo_ok), t.cause or "",
         ))
     return rows
 
 
-def csv_table(study: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+def csv_table(study: StudyResult) -> tuple[list[str], list[list[str]]]:
     """Header and rows of trials.csv: one column per config knob and per metric.
 
     Knob and metric columns are the union over all trials in first-seen order, so a knob set
     only by later trials still gets its column; unset cells are empty. Nested values (the
     speculative dict) are written as compact JSON.
     """
-    trials = list(study.get("trials") or ())
-    knobs = _union(t.get("config") or {} for t in trials)
-    metrics = [m for m in _union(t.get("metrics") or {} for t in trials) if m not in knobs]
-    head = ["number", "phase", "knob", "status", "cause"]
+    trials = study.trials
+    knobs = _union(t.config for t in trials)
+    metrics = [m for m in _union(t.metrics for t in trials) if m not in knobs]
+    head = ["number", "phase", "knob", "status", "cause"]  # TrialResult's fields
     tail = ["memory_bytes", "kv_cache_tokens", "slo_ok"]
     rows = []
     for t in trials:
-        config, values = t.get("config") or {}, t.get("metrics") or {}
         rows.append(
-            [csv_cell(t.get(k)) for k in head]
-            + [csv_cell(config.get(k)) for k in knobs]
-            + [csv_cell(values.get(m)) for m in metrics]
-            + [csv_cell(t.get(k)) for k in tail]
+            [csv_cell(getattr(t, k)) for k in head]
+            + [csv_cell(t.config.get(k)) for k in knobs]
+            + [csv_cell(t.metrics.get(m)) for m in metrics]
+            + [csv_cell(getattr(t, k)) for k in tail]
         )
     return head + knobs + metrics + tail, rows
 
 
-def terminal_tables(study: Mapping[str, Any]) -> list[Table]:
+def terminal_tables(study: StudyResult) -> list[Table]:
     """What ``sweetspot report`` prints, each table fitting an 80-column terminal.
 
     The picks' numbers, then what each pick changes and gains (one item a line, so cells wrap
@@ -142,10 +136,10 @@ def terminal_tables(study: Mapping[str, Any]) -> list[Table]:
     tables = []
     rows = pick_rows(study)
     if rows:
-        tables.append(picks_numbers_table(rows, str(study.get("study") or "")))
+        tables.append(picks_numbers_table(rows, study.study))
         if len(rows) > 1:
             tables.append(picks_changes_table(rows))
-    search = study.get("rate_search")
+    search = study.rate_search
     if search and "error" not in search:
         tables.append(goodput_table(search))
     for sweep in sweeps(study):
@@ -286,29 +280,32 @@ def csv_cell(value: Any) -> str:
     return str(value)
 
 
-def _pick_row(goal: str, trial: Mapping[str, Any], base_config: Mapping[str, Any],
-              pick: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> PickRow:
-    gains = tuple((str(k), float(v)) for k, v in (pick.get("gain") or {}).items()
-                  if isinstance(v, int | float) and not isinstance(v, bool))
-    if base is not None and not gains:
+def _pick_row(goal: str, trial: TrialResult, pick: PickResult | None,
+              base: TrialResult) -> PickRow:
+    """A pick's row (the baseline's own when ``pick`` is None: no changes, no gains)."""
+    gains: tuple[tuple[str, float], ...] = ()
+    if pick is not None:
+        gains = tuple((str(k), float(v)) for k, v in pick.gain.items()
+                      if isinstance(v, int | float) and not isinstance(v, bool))
+    if pick is not None and not gains:
         computed = ((m, relative_change(metric(trial, m), metric(base, m)))
                     for m in (THROUGHPUT, P99_E2EL))
         gains = tuple((m, c) for m, c in computed if c is not None)
     return PickRow(
         goal=goal,
-        trial=int(trial["number"]),
-        status=str(trial.get("status")),
-        changes="" if base is None else changes_text(base_config, trial.get("config") or {}),
+        trial=trial_number(trial),
+        status=trial.status,
+        changes="" if pick is None else changes_text(base.config, trial.config),
         output_throughput=metric(trial, THROUGHPUT),
         p99_ttft_ms=metric(trial, P99_TTFT),
         p99_tpot_ms=metric(trial, P99_TPOT),
         p99_e2el_ms=metric(trial, P99_E2EL),
-        memory_gib=memory_gib(trial) if trial.get("status") == "ok" else None,
-        over_capacity=bool(trial.get("over_capacity")),
+        memory_gib=memory_gib(trial) if trial.status == "ok" else None,
+        over_capacity=trial.over_capacity,
         gains=gains,
-        reasons=tuple(str(r) for r in pick.get("reasons") or ()),
-        command=str(pick.get("command") or ""),
-        yaml=str(pick.get("yaml") or ""),
+        reasons=() if pick is None else tuple(str(r) for r in pick.reasons),
+        command="" if pick is None else pick.command or "",
+        yaml="" if pick is None else pick.yaml or "",
     )
 
 

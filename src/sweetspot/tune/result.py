@@ -147,11 +147,8 @@ class StudyResult:
     trial, the picks, the Pareto front, the confirmation and the rate search. Absent parts read
     as none (a study of only a baseline, an interrupted one): never an error."""
 
+    # The fields in the order trials.json has always listed them (``to_dict`` follows it).
     study: str  # its name
-    trials: tuple[TrialResult, ...] = ()  # by trial number
-    picks: tuple[PickResult, ...] = ()
-    pareto: tuple[int, ...] = ()  # trial numbers on the throughput/latency front
-    baseline: int | None = None  # the baseline's trial number
     storage: str | None = None  # where it is stored (a URL, its password masked)
     model: str | None = None
     gpu: str | None = None
@@ -160,8 +157,12 @@ class StudyResult:
     backend: str | None = None  # sim, vllm or endpoint
     objective: str | None = None
     slos: Mapping[str, float] = field(default_factory=dict)  # key -> limit (ms)
-    settings: Mapping[str, Any] = field(default_factory=dict)  # StudySettings.to_dict()
+    baseline: int | None = None  # the baseline's trial number
+    trials: tuple[TrialResult, ...] = ()  # by trial number
+    picks: tuple[PickResult, ...] = ()
+    pareto: tuple[int, ...] = ()  # trial numbers on the throughput/latency front
     confirmation: Mapping[str, Any] | None = None  # confirm.Confirmation.to_dict()
+    settings: Mapping[str, Any] = field(default_factory=dict)  # StudySettings.to_dict()
     rate_search: Mapping[str, Any] | None = None  # rate.RateSearch.to_dict() (or its error)
     offered_rate: float | None = None  # req/s the traffic runs offered
     rate_note: str | None = None  # how --rate auto chose it
