@@ -233,9 +233,10 @@ def _check_name(name: str, flag: str) -> str:
 
 def _write_report(data: dict, out: Path) -> None:
     from sweetspot.report import build_report
+    from sweetspot.tune.result import StudyResult
 
     try:
-        files = build_report(data, out)
+        files = build_report(StudyResult.from_dict(data), out)
     except OSError as exc:
         raise SweetspotError(f"cannot write the report to {out}: {exc}") from None
     _out.print(f"report: {files.html} ({len(files.pngs)} figures, trial table "

@@ -32,6 +32,7 @@ def report(
 ) -> int:
     """Tables, figures, HTML, JSON and CSV of a stored study."""
     from sweetspot.report import terminal_tables
+    from sweetspot.tune.result import StudyResult
     from sweetspot.tune.store import StudyStore, default_storage_url
     from sweetspot.tune.study import study_data
 
@@ -39,7 +40,7 @@ def report(
         _check_name(study, "study")
     url = storage or default_storage_url()
     data = study_data(StudyStore.load(url, study), url)
-    for table in terminal_tables(data):
+    for table in terminal_tables(StudyResult.from_dict(data)):
         _out.print(table)
     _write_report(data, out or Path(".sweetspot") / "reports" / study)
     return 0
