@@ -19,7 +19,7 @@ KNOWN_MODULES = {"cli/tune.py": 417, "tune/study.py": 546}
 KNOWN_FUNCTIONS = {
     "cli/bench.py:bench": 169, "cli/tune.py:tune": 163, "cli/calibrate.py:calibrate": 109,
     "cli/tune.py:_new_settings": 108, "tune/study.py:run_study": 99,
-    "cli/simulate.py:simulate": 78, "backends/sim/simulator.py:run": 70,
+    "cli/simulate.py:simulate": 78,
     "cli/advise.py:advise": 70, "tune/evaluate.py:row": 70, "cli/report.py:_print_study": 61,
 }
 
