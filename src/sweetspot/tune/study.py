@@ -1,10 +1,9 @@
 """A whole study: settings in, trials stored, picks and a confirmed winner out.
 
-``StudySettings`` is everything that defines a study, as plain JSON: it is stored with the study,
-so ``--resume`` continues with exactly what the study started with, whatever the command line
-says now. ``run_study`` builds the backend, the space and the baseline from it, runs the strategy
-within the budget, confirms the finalists and stores the picks; ``study_data`` reads a stored
-study back as the plain dict the report and the CLI print from.
+``run_study`` builds the backend, the space and the baseline from the ``StudySettings``
+(``tune.settings``: stored with the study, so ``--resume`` continues with exactly what it started
+with), runs the strategy within the budget, confirms the finalists and stores the picks;
+``study_data`` reads a stored study back as the plain dict the report and the CLI print from.
 """
 
 from __future__ import annotations
@@ -12,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sweetspot._errors import SweetspotError
-from sweetspot._secrets import redact_args, redact_env, redact_url, restore_args, restore_env
+from sweetspot._secrets import redact_url
 from sweetspot.engine.releases import resolve_defaults
 from sweetspot.engine.render import render_serve, render_yaml
 from sweetspot.spec.hardware import GiB, load_hardware
@@ -38,10 +37,12 @@ from sweetspot.tune.picks import (
     reasons_for,
 )
 from sweetspot.tune.rate import RateSearch, search_rate
+from sweetspot.tune.settings import StudySettings
 from sweetspot.tune.space import SearchSpace, _values, config_key, default_space, value_label
 from sweetspot.tune.store import StudyExists, StudyStore
 from sweetspot.tune.tuner import STRATEGIES, Budget, Tuner, config_from_json, make_sampler
 
+# StudySettings lives in tune.settings; the CLI imports it from here, beside run_study.
 __all__ = ["StudySettings", "run_study", "study_data"]
 
 ENDPOINT_ONLY_RATE = ("--backend endpoint measures the server at --url as it runs, so only "
@@ -55,67 +56,6 @@ AUTO_RATE_SHARE = 0.65
 # a pick keeps the user's value where the change buys nothing: measured trials cost a server
 # start each.
 SIMPLIFY_TRIALS = {"sim": 32, "measured": 4}
-
-
-@dataclass(frozen=True)
-class StudySettings:
-    name: str
-    model: str  # catalog name, HF id or folder (what `vllm serve` gets)
-    gpu: str
-    quant: str | None
-    vllm_version: str
-    workload: dict  # workload_to_dict form
-    num_requests: int
-    slos: dict[str, float]
-    space: dict[str, list[str]]  # knob -> value labels, in order
-    baseline: dict  # ServingConfig as JSON, explicit settings
-    strategy: str = "auto"
-    objective: str = "throughput"  # or "pareto"
-    trials: int | None = 60
-    seconds: float | None = None
-    seed: int = 0
-    confirm_repeats: int = 3
-    memory_limit_gib: float | None = None
-    backend: str = "sim"  # "sim", "vllm" or "endpoint" (vllm["url"]: a running server)
-    vllm: dict = field(default_factory=dict)  # real backend: python, template, env, tokenizer...
-    calibration: str | None = None
-    rate: float | str | None = None  # offered req/s, "auto" (a share of the baseline's capacity)
-    acceptance: float | None = None  # simulated speculative acceptance; None: per method
-    fixed: dict[str, str] = field(default_factory=dict)  # knob -> value label: --fix, pinned
-    # Sent with every request (--api-key, --header): used, never stored; given again on resume.
-    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-
-    def to_dict(self) -> dict:
-        """What is stored (and reported): the server's secrets masked (``_secrets``); a resumed
-        study takes them again from the environment (``with_secrets``)."""
-        data = dataclasses.asdict(self)
-        data.pop("headers", None)
-        vllm = data.get("vllm") or {}
-        if vllm.get("env"):
-            vllm["env"] = redact_env(vllm["env"])
-        if vllm.get("args"):
-            vllm["args"] = redact_args(vllm["args"])
-        if vllm.get("url"):
-            vllm["url"] = redact_url(vllm["url"])
-        return data
-
-    def with_secrets(self) -> StudySettings:
-        """Stored settings with their masked secrets taken from sweetspot's environment."""
-        vllm = dict(self.vllm or {})
-        if vllm.get("env"):
-            vllm["env"] = restore_env(vllm["env"])
-        if vllm.get("args"):
-            vllm["args"] = restore_args(vllm["args"])
-        return dataclasses.replace(self, vllm=vllm)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> StudySettings:
-        known = {f.name for f in dataclasses.fields(cls)} - {"headers"}
-        if unknown := sorted(set(data) - known):
-            raise SweetspotError(f"the stored study settings hold {', '.join(map(repr, unknown))}"
-                                 ", which this sweetspot does not know (written by another "
-                                 "version?)")
-        return cls(**data)
 
 
 def fixed_values(labels: Mapping[str, str]) -> dict[str, Any]:
