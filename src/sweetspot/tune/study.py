@@ -10,20 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
 
 from sweetspot._errors import SweetspotError
 from sweetspot._secrets import redact_url
-from sweetspot.engine.releases import resolve_defaults
 from sweetspot.engine.render import render_serve, render_yaml
-from sweetspot.spec.hardware import GiB, load_hardware
+from sweetspot.spec.hardware import GiB
 from sweetspot.spec.knobs import ServingConfig
-from sweetspot.spec.model import load_model
-from sweetspot.spec.quant import Quantization, load_quantization
-from sweetspot.spec.version import parse_vllm_version
-from sweetspot.spec.workload import validate_workload
+from sweetspot.spec.quant import Quantization
 from sweetspot.tune.confirm import Confirmation, confirm_finalists
 from sweetspot.tune.evaluate import Evaluator, config_to_json
 from sweetspot.tune.picks import (
@@ -37,18 +31,19 @@ from sweetspot.tune.picks import (
     reasons_for,
 )
 from sweetspot.tune.rate import RateSearch, search_rate
+from sweetspot.tune.resolve import batch_estimator, resolve_study
 from sweetspot.tune.settings import StudySettings
-from sweetspot.tune.space import SearchSpace, _values, config_key, default_space, value_label
+from sweetspot.tune.space import SearchSpace, config_key
 from sweetspot.tune.store import StudyExists, StudyStore
 from sweetspot.tune.tuner import STRATEGIES, Budget, Tuner, config_from_json, make_sampler
 
-# StudySettings lives in tune.settings; the CLI imports it from here, beside run_study.
+# StudySettings lives in tune.settings and resolve_study in tune.resolve: the CLI imports them
+# from here, beside run_study.
 __all__ = ["StudySettings", "run_study", "study_data"]
 
 ENDPOINT_ONLY_RATE = ("--backend endpoint measures the server at --url as it runs, so only "
                        "--strategy rate applies; a search needs servers it can launch "
                        "(--backend vllm)")
-DRAFTS = {"Qwen2ForCausalLM": "Qwen/Qwen2.5-0.5B-Instruct"}
 # --rate auto offers this share of the baseline's steady-state capacity: loaded enough that the
 # configurations' latencies differ, light enough that the baseline's queue stays short.
 AUTO_RATE_SHARE = 0.65
@@ -58,50 +53,6 @@ AUTO_RATE_SHARE = 0.65
 SIMPLIFY_TRIALS = {"sim": 32, "measured": 4}
 
 
-def fixed_values(labels: Mapping[str, str]) -> dict[str, Any]:
-    """The stored ``fixed`` labels (``StudySettings.fixed``) as knob values."""
-    return {k: None if label == "default" else _values(k, [label])[0]
-            for k, label in labels.items()}
-
-
-def resolve_space_and_baseline(settings_space: dict[str, list[str]] | None, changes: dict,
-                               baseline: ServingConfig, version, hardware, arch, workload,
-                               *, fixed: Mapping[str, Any] | None = None,
-                               ) -> tuple[SearchSpace, ServingConfig]:
-    """The space (default or stored, with the user's changes) and the baseline with every
-    varied knob made explicit (vLLM's default where the baseline left it unset), each
-    baseline value a point of its dimension. A ``fixed`` knob leaves the space and the
-    baseline carries its value, so every trial (all start from the baseline) does too."""
-    fixed = dict(fixed or {})
-    if both := sorted(set(fixed) & set(changes)):
-        raise SweetspotError(f"{', '.join(both)}: given to both --fix and --space (a pinned "
-                             "knob is not searched)")
-    if settings_space is not None:
-        from sweetspot.tune.space import Dimension
-
-        space = SearchSpace(tuple(Dimension(k, _values(k, labels))
-                                  for k, labels in settings_space.items()))
-    else:
-        draft = DRAFTS.get(arch.architecture)
-        space = default_space(version, hardware, arch, workload, draft=draft)
-    space = space.with_changes({**changes, **dict.fromkeys(fixed)})
-    if not space.dimensions:
-        raise SweetspotError("the search space is empty: nothing to tune")
-    baseline = baseline.replace(**fixed)
-    resolved = resolve_defaults(baseline, version, hardware, arch.max_position_embeddings)
-    explicit = {}
-    dims = []
-    for dim in space.dimensions:
-        value = getattr(baseline, dim.knob)
-        if value is None:
-            value = getattr(resolved, dim.knob)
-        explicit[dim.knob] = value
-        if value_label(value) not in dim.labels:
-            dim = dataclasses.replace(dim, values=(value, *dim.values))
-        dims.append(dim)
-    return SearchSpace(tuple(dims)), baseline.replace(**explicit)
-
-
 def _backend(settings: StudySettings, setup, model_ref: str, baseline: ServingConfig):
     """The settings' backend from the registry (``backends.base.BACKENDS``)."""
     from sweetspot.backends.base import Target, backend_for
@@ -109,40 +60,6 @@ def _backend(settings: StudySettings, setup, model_ref: str, baseline: ServingCo
     return backend_for(settings.backend, Target(
         setup, model_ref, baseline, options=settings.vllm, vllm_version=settings.vllm_version,
         seed=settings.seed, calibration=settings.calibration, headers=settings.headers))
-
-
-@dataclass(frozen=True)
-class ResolvedStudy:
-    """What a study's settings name, loaded: the specs every trial is built from."""
-
-    version: Any
-    hardware: Any
-    model: Any  # ResolvedModel: the architecture and the checkpoint's quantisation
-    quant: Quantization
-    workload: Any
-    space: SearchSpace
-    baseline: ServingConfig
-
-    def setup(self, acceptance: float | None = None):
-        from sweetspot.backends.sim import SimSetup
-
-        return SimSetup(self.hardware, self.model.arch, self.quant, ServingConfig(),
-                        self.version, spec_acceptance=acceptance)
-
-
-def resolve_study(settings: StudySettings, space_changes: dict | None = None) -> ResolvedStudy:
-    """Load what ``settings`` name: release, GPU, model, quantisation, workload, and the space
-    and baseline with --space changes and --fix pins applied."""
-    version = parse_vllm_version(settings.vllm_version)
-    hardware = load_hardware(settings.gpu)
-    resolved = load_model(settings.model)
-    quant = (load_quantization(settings.quant) if settings.quant
-             else resolved.quantization or resolved.arch.default_quantization())
-    workload = validate_workload(settings.workload, "the study's workload")
-    space, baseline = resolve_space_and_baseline(
-        settings.space or None, space_changes or {}, config_from_json(settings.baseline),
-        version, hardware, resolved.arch, workload, fixed=fixed_values(settings.fixed))
-    return ResolvedStudy(version, hardware, resolved, quant, workload, space, baseline)
 
 
 def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
@@ -244,29 +161,6 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
     store.set_attr("baseline_number", base_row["number"] if base_row else None)
     store.set_attr("resolution", resolution)
     return study_data(store.study, storage_url)
-
-
-def batch_estimator(setup, shared_prefix_tokens: int = 0):
-    """How many requests a configuration runs at once: max-num-seqs, or fewer where the KV
-    cache the memory model gives it holds fewer of the workload's requests (each holding its
-    prompt, less a shared prefix the prefix cache keeps once, and half its output on average).
-    Sizes the capacity run; an estimate suffices."""
-    from sweetspot.engine.memory import estimate_memory
-
-    hw, arch, version = setup.hardware, setup.arch, setup.version
-
-    def estimate(config: ServingConfig, requests) -> int:
-        resolved = resolve_defaults(config, version, hw, arch.max_position_embeddings)
-        seqs = int(resolved.max_num_seqs or 256)
-        memory = estimate_memory(arch, setup.quant, hw, resolved, version)
-        shared = shared_prefix_tokens if resolved.enable_prefix_caching else 0
-        per_request = sum(r.prompt_tokens - (shared if r.prefix_group is not None else 0)
-                          + r.output_tokens / 2 for r in requests) / max(1, len(requests))
-        if memory.ok and memory.kv_cache_tokens > 0 and per_request > 0:
-            seqs = min(seqs, int(memory.kv_cache_tokens / per_request))
-        return max(1, seqs)
-
-    return estimate
 
 
 BUDGET_KEYS = ("trials", "seconds")  # each process serving a study runs its own
