@@ -18,7 +18,7 @@ MAX_MODULE_LINES = 400
 KNOWN_MODULES = {"cli/tune.py": 417}
 KNOWN_FUNCTIONS = {
     "cli/bench.py:bench": 169, "cli/tune.py:tune": 163, "cli/calibrate.py:calibrate": 109,
-    "cli/tune.py:_new_settings": 108, "tune/study.py:run_study": 99,
+    "cli/tune.py:_new_settings": 108,
     "cli/simulate.py:simulate": 78,
     "cli/advise.py:advise": 70, "tune/evaluate.py:row": 70, "cli/report.py:_print_study": 61,
 }

@@ -1,9 +1,10 @@
 """A whole study: settings in, trials stored, picks and a confirmed winner out.
 
-``run_study`` builds the backend, the space and the baseline from the ``StudySettings``
-(``tune.settings``: stored with the study, so ``--resume`` continues with exactly what it started
-with), runs the strategy within the budget, confirms the finalists and stores the picks;
-``study_data`` reads a stored study back as the plain dict the report and the CLI print from.
+``run_study`` loads what the ``StudySettings`` name (``tune.settings``: stored with the study, so
+``--resume`` continues with exactly what it started with; ``tune.resolve``), builds the backend,
+opens the store, runs the strategy within the budget, makes the picks final (``tune.finalize``:
+the reverted configurations, the finalists confirmed) and stores them; ``study_data`` reads a
+stored study back as the plain dict the report and the CLI print from.
 """
 
 from __future__ import annotations
@@ -15,25 +16,16 @@ from collections.abc import Callable
 from sweetspot._errors import SweetspotError
 from sweetspot._secrets import redact_url
 from sweetspot.engine.render import render_serve, render_yaml
-from sweetspot.spec.hardware import GiB
 from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.quant import Quantization
-from sweetspot.tune.confirm import Confirmation, confirm_finalists
+from sweetspot.tune.confirm import Confirmation
 from sweetspot.tune.evaluate import Evaluator, config_to_json
-from sweetspot.tune.picks import (
-    RESOLUTION,
-    THROUGHPUT,
-    Pick,
-    candidates,
-    changed_knobs,
-    choose_picks,
-    pareto_front,
-    reasons_for,
-)
+from sweetspot.tune.finalize import SIMPLIFY_TRIALS, finalize_picks
+from sweetspot.tune.picks import RESOLUTION, Pick, pareto_front
 from sweetspot.tune.rate import RateSearch, search_rate
-from sweetspot.tune.resolve import batch_estimator, resolve_study
+from sweetspot.tune.resolve import ResolvedStudy, batch_estimator, resolve_study
 from sweetspot.tune.settings import StudySettings
-from sweetspot.tune.space import SearchSpace, config_key
+from sweetspot.tune.space import SearchSpace
 from sweetspot.tune.store import StudyExists, StudyStore
 from sweetspot.tune.tuner import STRATEGIES, Budget, Tuner, config_from_json, make_sampler
 
@@ -47,10 +39,6 @@ ENDPOINT_ONLY_RATE = ("--backend endpoint measures the server at --url as it run
 # --rate auto offers this share of the baseline's steady-state capacity: loaded enough that the
 # configurations' latencies differ, light enough that the baseline's queue stays short.
 AUTO_RATE_SHARE = 0.65
-# Reverted configurations (a changed knob set back to the baseline's value) a study runs so that
-# a pick keeps the user's value where the change buys nothing: measured trials cost a server
-# start each.
-SIMPLIFY_TRIALS = {"sim": 32, "measured": 4}
 
 
 def _backend(settings: StudySettings, setup, model_ref: str, baseline: ServingConfig):
@@ -66,8 +54,43 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
               space_changes: dict | None = None,
               on_trial: Callable[[dict, dict | None], None] | None = None,
               on_phase: Callable[[str], None] | None = None) -> dict:
-    """Run (or continue) the study; returns ``study_data`` of the result."""
+    """Run (or continue) the study; returns ``study_data`` of the result.
 
+    In phases: check the settings and load what they name; open the store (a new study, a
+    resumed one, or one that other processes serve with the same settings); measure the
+    baseline's capacity for --rate auto; search within the budget, less a reserve; then either
+    the baseline's rate search (--strategy rate) or the picks, simplified and confirmed; last,
+    store the outcome beside the trials."""
+    _check(settings)
+    study = resolve_study(settings, space_changes)
+    if not resume:  # a new study stores the space and baseline it resolved to
+        settings = dataclasses.replace(
+            settings, space={d.knob: list(d.labels) for d in study.space.dimensions},
+            baseline=config_to_json(study.baseline))
+    evaluator = _evaluator(settings, study)
+    store, joins = _open(storage_url, settings, study.space, resume=resume)
+    if settings.rate == "auto" and settings.strategy != "rate":
+        _auto_rate(store, evaluator, study.baseline, on_phase)
+    kind = "sim" if settings.backend == "sim" else "measured"
+    tuner = _search(settings, store, evaluator, study, kind, count_stored=not joins,
+                    on_trial=on_trial)
+    base_row = tuner.baseline_row()
+    confirmation = None
+    picks: list[Pick] = []
+    if settings.strategy == "rate":
+        if on_phase is not None:
+            on_phase("searching the highest rate that meets the SLOs")
+        _goodput(store, evaluator, study.baseline, base_row)
+    else:
+        picks, confirmation = finalize_picks(settings, tuner, evaluator, base_row, kind,
+                                             on_phase)
+    _store_outcome(store, settings, study, tuner.ordered_rows(), picks, confirmation, base_row,
+                   RESOLUTION[kind])
+    return study_data(store.study, storage_url)
+
+
+def _check(settings: StudySettings) -> None:
+    """Refuse settings that no study runs with (the CLI refuses such flags first)."""
     if settings.strategy not in STRATEGIES:
         raise SweetspotError(f"unknown strategy {settings.strategy!r}; known: "
                              f"{', '.join(STRATEGIES)}")
@@ -78,21 +101,25 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
     if settings.strategy == "rate" and not settings.slos:
         raise SweetspotError("the rate strategy finds the highest rate that meets the SLOs: "
                              "give them with --slo, e.g. p99_ttft=2s,p99_tpot=60ms")
-    study = resolve_study(settings, space_changes)
-    version, resolved, quant = study.version, study.model, study.quant
-    workload, space, baseline = study.workload, study.space, study.baseline
-    if not resume:
-        settings = dataclasses.replace(
-            settings, space={d.knob: list(d.labels) for d in space.dimensions},
-            baseline=config_to_json(baseline))
+
+
+def _evaluator(settings: StudySettings, study: ResolvedStudy) -> Evaluator:
+    """The study's trials' evaluator, on the settings' backend."""
     setup = study.setup(settings.acceptance)
-    backend = _backend(settings, setup, settings.model, baseline)
-    evaluator = Evaluator(backend, workload, settings.num_requests, settings.slos,
-                          vocab_size=min(resolved.arch.vocab_size, 32_000), seed=settings.seed,
-                          realtime_client=bool(settings.vllm.get("realtime_client")),
-                          headers=settings.headers,
-                          rate=settings.rate if isinstance(settings.rate, float | int) else None,
-                          batch_estimate=batch_estimator(setup, workload.prefix.length))
+    backend = _backend(settings, setup, settings.model, study.baseline)
+    workload = study.workload
+    return Evaluator(backend, workload, settings.num_requests, settings.slos,
+                     vocab_size=min(study.model.arch.vocab_size, 32_000), seed=settings.seed,
+                     realtime_client=bool(settings.vllm.get("realtime_client")),
+                     headers=settings.headers,
+                     rate=settings.rate if isinstance(settings.rate, float | int) else None,
+                     batch_estimate=batch_estimator(setup, workload.prefix.length))
+
+
+def _open(storage_url: str, settings: StudySettings, space: SearchSpace, *, resume: bool
+          ) -> tuple[StudyStore, bool]:
+    """The study's store, created or resumed, and whether this process joins a new study that
+    others serve with the same settings (``_joins``): it does not count their trials."""
     directions = ("maximize", "minimize") if settings.objective == "pareto" else ("maximize",)
     joins = not resume and _joins(storage_url, settings)
     try:
@@ -107,50 +134,32 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
         store = StudyStore.open(storage_url, settings.name, space, resume=True,
                                 directions=directions,
                                 sampler=make_sampler(settings.objective, settings.seed))
-    if settings.rate == "auto" and settings.strategy != "rate":
-        _auto_rate(store, evaluator, baseline, on_phase)
-    kind = "sim" if settings.backend == "sim" else "measured"
+    return store, joins
+
+
+def _search(settings: StudySettings, store: StudyStore, evaluator: Evaluator,
+            study: ResolvedStudy, kind: str, *, count_stored: bool,
+            on_trial: Callable[[dict, dict | None], None] | None) -> Tuner:
+    """The strategy's search, run: the tuner it leaves has the whole budget again, the share
+    of its trials kept for the reverted configurations (``tune.finalize``) unspent."""
     budget = Budget(settings.trials, settings.seconds)
-    # A share of the trial budget is kept for the reverted configurations (_simplify).
     reserve = min(SIMPLIFY_TRIALS[kind], (settings.trials or 0) // 5)
-    tuner = Tuner(store, evaluator, space, baseline,
+    tuner = Tuner(store, evaluator, study.space, study.baseline,
                   budget=dataclasses.replace(budget, trials=settings.trials - reserve)
                   if settings.trials and settings.strategy != "rate" else budget,
                   objective=settings.objective, seed=settings.seed, on_trial=on_trial,
-                  count_stored=not joins)
+                  count_stored=count_stored)
     tuner.run(settings.strategy)
     tuner.budget = budget
-    base_row = tuner.baseline_row()
-    resolution = RESOLUTION[kind]
-    limit = int(settings.memory_limit_gib * GiB) if settings.memory_limit_gib else None
-    offered = evaluator.offered_rate
-    confirmation = None
-    picks: list[Pick] = []
-    if settings.strategy == "rate":
-        if on_phase is not None:
-            on_phase("searching the highest rate that meets the SLOs")
-        _goodput(store, evaluator, baseline, base_row)
-    else:
-        if on_phase is not None:
-            on_phase("keeping your values where a change buys nothing")
-        _simplify(tuner, base_row, offered, limit, resolution, settings.slos,
-                  SIMPLIFY_TRIALS[kind])
-        if not tuner.exhausted():  # the reserve was not all needed: search on with it
-            tuner.run(settings.strategy)
-            _simplify(tuner, base_row, offered, limit, resolution, settings.slos,
-                      SIMPLIFY_TRIALS[kind])
+    return tuner
 
-        picks = choose_picks(tuner.ordered_rows(), base_row, offered, limit,
-                             resolution=resolution, slos=settings.slos,
-                             acceptance=_acceptance_text(settings))
-        if on_phase is not None:
-            on_phase("confirming finalists")
-        finalists = _finalists(picks, tuner.ordered_rows(), base_row)
-        confirmation = confirm_finalists(evaluator, finalists, settings.confirm_repeats)
-        picks = _confirmed(picks, confirmation, base_row, tuner.ordered_rows(),
-                           resolution)
-    rows = tuner.ordered_rows()
-    model_ref = settings.model
+
+def _store_outcome(store: StudyStore, settings: StudySettings, study: ResolvedStudy,
+                   rows: list[dict], picks: list[Pick], confirmation: Confirmation | None,
+                   base_row: dict | None, resolution: float) -> None:
+    """The study's outcome, stored beside its trials: the picks with their commands, the
+    Pareto front, the confirmation, the baseline's trial and the picks' resolution."""
+    model_ref, quant, version = settings.model, study.quant, study.version
     store.set_attr("picks", [
         {"goal": p.goal, "trial": p.row["number"], "gain": p.gain, "reasons": list(p.reasons),
          "command": render_serve(_served(p.row, quant), model_ref, version).command(),
@@ -160,7 +169,6 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
     store.set_attr("confirmation", confirmation.to_dict() if confirmation else None)
     store.set_attr("baseline_number", base_row["number"] if base_row else None)
     store.set_attr("resolution", resolution)
-    return study_data(store.study, storage_url)
 
 
 BUDGET_KEYS = ("trials", "seconds")  # each process serving a study runs its own
@@ -204,107 +212,6 @@ def _auto_rate(store: StudyStore, evaluator: Evaluator, baseline: ServingConfig,
     store.set_attr("offered_rate", evaluator.rate)
     store.set_attr("rate_note", f"--rate auto: {AUTO_RATE_SHARE:.0%} of the baseline's "
                                 f"capacity ({steady.request_throughput:.2f} req/s)")
-
-
-def _simplify(tuner: Tuner, base_row: dict | None, offered: float | None, limit: int | None,
-              resolution: float, slos: dict, max_trials: int) -> None:
-    """Run, for each goal's pick, the configurations with one changed knob set back to the
-    baseline's value, so that a knob whose change buys nothing can keep the user's value (the
-    picks prefer the fewest changes within the resolution). Rounds until nothing new is
-    proposed, ``max_trials`` ran or the study's budget is spent."""
-    if base_row is None:
-        return
-    ran = 0
-    base_config = base_row["config"]
-    tried: set[str] = set()
-    while ran < max_trials:
-        rows = tuner.ordered_rows()
-        picks = choose_picks(rows, base_row, offered, limit, resolution=resolution, slos=slos)
-        proposals = []
-        for pick in picks:
-            for knob in changed_knobs(pick.row, base_config):
-                config = dict(pick.row["config"])
-                if knob in base_config:
-                    config[knob] = base_config[knob]
-                else:
-                    config.pop(knob, None)
-                reverted = config_from_json(config)
-                key = config_key(reverted)
-                if key not in tried and key not in tuner.rows:
-                    tried.add(key)
-                    proposals.append(reverted)
-        if not proposals:
-            return
-        for config in proposals[:max_trials - ran]:
-            if tuner.exhausted():
-                return
-            tuner.evaluate(config, "simplify")
-            ran += 1
-
-
-def _finalists(picks: list[Pick], rows: list[dict], base_row: dict | None
-               ) -> list[tuple[dict, ServingConfig]]:
-    """The max-throughput pick against the baseline (is the change worth it?), or, when the
-    pick is the baseline, against the runner-up."""
-    best = next((p.row for p in picks if p.goal == "max-throughput"), None)
-    if best is None:
-        return []
-    other = base_row if base_row is not None and base_row["number"] != best["number"] \
-        and base_row in candidates([base_row]) else None
-    if other is None:
-        pool = sorted((r for r in candidates(rows) if r["number"] != best["number"]),
-                      key=lambda r: -r["metrics"][THROUGHPUT])
-        other = pool[0] if pool else None
-    if other is None:
-        return []
-    return [(r, config_from_json(r["config"])) for r in (best, other)]
-
-
-def _confirmed(picks: list[Pick], confirmation: Confirmation | None, base_row: dict | None,
-               rows: list[dict], resolution: float) -> list[Pick]:
-    """The paired verdict decides the max-throughput pick against the baseline: a tie (or a
-    loss) keeps the baseline, a win says by how much."""
-    if confirmation is None or base_row is None:
-        return picks
-    out = []
-    for pick in picks:
-        against_baseline = (pick.goal == "max-throughput"
-                            and pick.row["number"] != base_row["number"]
-                            and set(confirmation.numbers) == {pick.row["number"],
-                                                              base_row["number"]})
-        if against_baseline and (confirmation.verdict == "tie"
-                                 or confirmation.numbers[0] == base_row["number"]):
-            reasons = reasons_for(pick.goal, base_row, base_row, rows, resolution=resolution)
-            pick = Pick(pick.goal, base_row, {}, (
-                *reasons, f"no measurable gain from trial {pick.row['number']}'s changes: "
-                          f"{confirmation.text()}"))
-        elif against_baseline:
-            pick = Pick(pick.goal, pick.row, pick.gain,
-                        (*pick.reasons, f"confirmed: {confirmation.text()}"))
-        out.append(pick)
-    return out
-
-
-def _acceptance_text(settings: StudySettings) -> Callable[[dict], str | None]:
-    """What a speculating pick's numbers rest on: the acceptance assumed (simulated) or the
-    one the server counted (measured)."""
-    def describe(row: dict) -> str | None:
-        facts = row.get("facts") or {}
-        rate = facts.get("spec_acceptance_rate")
-        if settings.backend != "sim":
-            return None if rate is None else \
-                f"speculation at a measured acceptance rate of {rate:.0%}"
-        from sweetspot.backends.sim.speculative import DEFAULT_ACCEPTANCE
-
-        method = (row["config"].get("speculative") or {}).get("method")
-        assumed = settings.acceptance if settings.acceptance is not None \
-            else DEFAULT_ACCEPTANCE.get(method, 0.6)
-        source = "--acceptance" if settings.acceptance is not None else (
-            f"the simulator's default for {method}; measure yours and pass --acceptance")
-        text = f"speculation assumes an acceptance of {assumed:.2f} per drafted token ({source})"
-        return text + (f"; simulated acceptance rate {rate:.0%}" if rate is not None else "")
-
-    return describe
 
 
 def _served(row: dict, quant: Quantization) -> ServingConfig:
