@@ -33,9 +33,9 @@ from sweetspot.spec.quant import load_quantization
 from sweetspot.spec.version import parse_vllm_version
 from sweetspot.spec.workload import preset
 from sweetspot.tune.evaluate import Evaluator, parse_slos
+from sweetspot.tune.resolve import resolve_space_and_baseline
 from sweetspot.tune.space import config_key
 from sweetspot.tune.store import StudyStore
-from sweetspot.tune.study import resolve_space_and_baseline
 from sweetspot.tune.tuner import Budget, Tuner, config_from_json, make_sampler
 
 HERE = Path(__file__).parent

@@ -43,7 +43,7 @@ from sweetspot.spec.requests import sample_requests
 from sweetspot.spec.version import parse_vllm_version
 from sweetspot.spec.workload import ArrivalSpec
 from sweetspot.tune.evaluate import Evaluator
-from sweetspot.tune.study import batch_estimator
+from sweetspot.tune.resolve import batch_estimator
 
 
 def _save_records(path: Path, run) -> None:

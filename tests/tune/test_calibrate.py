@@ -26,9 +26,10 @@ from sweetspot.spec.workload import ArrivalSpec, validate_workload, workload_to_
 from sweetspot.testing.tiny_model import make_tiny_model
 from sweetspot.tune.calibrate import RUNS_PER_ROUND, profile_server, study_observations
 from sweetspot.tune.evaluate import Evaluator, config_to_json
+from sweetspot.tune.settings import StudySettings
 from sweetspot.tune.space import Dimension, SearchSpace
 from sweetspot.tune.store import StudyStore
-from sweetspot.tune.study import StudySettings, study_data
+from sweetspot.tune.study import study_data
 from tests.conftest import run_cli
 
 # The made-up "real server" (as in tests/backends/sim/test_calibration.py).

@@ -18,8 +18,8 @@ from sweetspot.spec.requests import sample_requests
 from sweetspot.spec.version import parse_vllm_version
 from sweetspot.spec.workload import ArrivalSpec
 from sweetspot.tune.evaluate import Evaluator
+from sweetspot.tune.resolve import DRAFTS, batch_estimator, resolve_space_and_baseline
 from sweetspot.tune.space import default_space
-from sweetspot.tune.study import DRAFTS, batch_estimator, resolve_space_and_baseline
 
 
 def _default_configs():

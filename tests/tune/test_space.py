@@ -10,8 +10,8 @@ from sweetspot.spec.knobs import ServingConfig, SpeculativeConfig
 from sweetspot.spec.model import load_model
 from sweetspot.spec.version import parse_vllm_version
 from sweetspot.spec.workload import validate_workload
+from sweetspot.tune.resolve import fixed_values, resolve_space_and_baseline
 from sweetspot.tune.space import parse_fix_items, value_label
-from sweetspot.tune.study import fixed_values, resolve_space_and_baseline
 
 WORKLOAD = validate_workload({"name": "w", "prompt": {"kind": "fixed", "value": 100},
                               "output": {"kind": "fixed", "value": 50}}, "test")

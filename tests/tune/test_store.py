@@ -16,9 +16,9 @@ from optuna.trial import TrialState
 
 from sweetspot._errors import SweetspotError
 from sweetspot.tune import store as store_module
+from sweetspot.tune.settings import StudySettings
 from sweetspot.tune.space import Dimension, SearchSpace
 from sweetspot.tune.store import StudyStore
-from sweetspot.tune.study import StudySettings
 from tests.conftest import run_cli
 
 SPACE = SearchSpace((Dimension("max_num_seqs", (16, 32, 64)),

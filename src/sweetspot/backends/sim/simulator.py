@@ -247,7 +247,8 @@ def _facts(memory: MemoryEstimate, version: Version, scheduler: Scheduler,
 
 
 class _Loop:
-    """The engine's main loop on a simulated clock, with the client's sends around it."""
+    """The engine's main loop on a simulated clock, with the client's sends around it. A loop
+    runs once: its counters, decode times and queues are that run's."""
 
     def __init__(self, scheduler: Scheduler, model: StepTimeModel, *, async_scheduling: bool,
                  max_model_len: int, max_concurrency: int | None, trace: bool) -> None:
@@ -268,77 +269,97 @@ class _Loop:
         self.shapes: list[StepShape] = []
         self.dtimes: list[float] = []  # end time of each decode step of this loop
         self.first_dstep = scheduler.dnext
+        # The client's side of one run: requests not yet sent (a concurrency limit holds them),
+        # those sent but not yet at the engine by (engine arrival, rid), and how many are out.
+        self._pending: deque[SimRequest] = deque()
+        self._upcoming: list[tuple[float, int, SimRequest]] = []
+        self._inflight = 0
+        self._rejected: list[SimRequest] = []  # longer than max_model_len: refused on arrival
 
     def run(self, requests: Sequence[Request]) -> tuple[RequestRecord, ...]:
+        """The records of ``requests``: each sent, admitted (or refused) and run to its last token.
+
+        Invariant: at the top of each pass ``t`` is when the engine is free, and every request
+        that reached the engine by ``t`` is with the scheduler (or rejected). The engine then
+        runs one step from ``t`` if it has work, and otherwise idles to the next arrival."""
         sched = self.scheduler
-        all_reqs = [SimRequest(r.request_id, r.prompt_tokens, r.output_tokens, r.priority,
-                               r.arrival_s, r.prompt_token_ids, r.prefix_group)
-                    for r in requests]
-        pending = deque(sorted(all_reqs, key=lambda q: (q.scheduled_s, q.rid)))
-        upcoming: list[tuple[float, int, SimRequest]] = []  # (engine arrival, rid, request)
-        inflight = 0
-        rejected: list[SimRequest] = []
-
-        def dispatch(now: float) -> None:
-            nonlocal inflight
-            while pending and (self.limit is None or inflight < self.limit):
-                req = pending.popleft()
-                req.sent_s = max(req.scheduled_s, now)
-                req.slot_wait_s = req.sent_s - req.scheduled_s
-                # The API server takes requests one at a time (parsing, tokenisation, setup).
-                start = max(req.sent_s + self.half_latency, self._intake_free)
-                req.arrival_s = self._intake_free = start + self.intake_s
-                inflight += 1
-                heapq.heappush(upcoming, (req.arrival_s, req.rid, req))
-
-        def release(at: float) -> None:
-            nonlocal inflight
-            inflight -= 1
-            dispatch(at)
-
-        dispatch(0.0)
+        self._pending = deque(sorted(
+            (SimRequest(r.request_id, r.prompt_tokens, r.output_tokens, r.priority, r.arrival_s,
+                        r.prompt_token_ids, r.prefix_group) for r in requests),
+            key=lambda q: (q.scheduled_s, q.rid)))
+        self._dispatch(0.0)
         t = 0.0
         while True:
-            while upcoming and upcoming[0][0] <= t:
-                _, _, req = heapq.heappop(upcoming)
-                if req.prompt_len + req.output_len > self.max_model_len:
-                    req.error = (
-                        f"HTTP 400: This model's maximum context length is {self.max_model_len}"
-                        f" tokens. However, you requested {req.prompt_len + req.output_len} "
-                        f"tokens ({req.prompt_len} in the messages, {req.output_len} in the "
-                        "completion).")
-                    rejected.append(req)
-                    release(req.arrival_s + self.half_latency)
-                    continue
-                sched.add(req)
+            self._admit(t)
             if not sched.has_work:
-                if not upcoming:
+                if not self._upcoming:
                     break
-                t = upcoming[0][0]
+                t = self._upcoming[0][0]
                 continue
-            plan = sched.schedule()
-            if plan is None:  # nothing fits although nothing runs: cannot happen after start-up
-                raise RuntimeError("simulated scheduler made no progress")
-            step = self.model.step_time(plan.shape, async_scheduling=self.async_scheduling,
-                                        cpu_scheduled=plan.cpu_scheduled)
-            if self.trace:
-                self.starts.append(t)
-                self.durations.append(step.duration_s)
-                self.shapes.append(plan.shape)
-            t += step.duration_s
-            self.steps += 1
-            self.batch_sum += plan.shape.num_seqs
-            if step.compute_bound is None:
-                self.compute_bound_steps = None
-            elif self.compute_bound_steps is not None and step.compute_bound:
-                self.compute_bound_steps += 1
-            if plan.decodes:
-                self.dtimes.append(t)
-            for _ in sched.complete(plan, t):
-                release(t + self.half_latency)
+            t = self._step(t)
             if self.steps > MAX_STEPS:
                 raise RuntimeError("simulation exceeded its step limit")
-        return self._records(sched.finished + rejected)
+        return self._records(sched.finished + self._rejected)
+
+    def _dispatch(self, now: float) -> None:
+        """Send held requests while the concurrency limit has room; each reaches the engine
+        once the API server has taken it."""
+        while self._pending and (self.limit is None or self._inflight < self.limit):
+            req = self._pending.popleft()
+            req.sent_s = max(req.scheduled_s, now)
+            req.slot_wait_s = req.sent_s - req.scheduled_s
+            # The API server takes requests one at a time (parsing, tokenisation, setup).
+            start = max(req.sent_s + self.half_latency, self._intake_free)
+            req.arrival_s = self._intake_free = start + self.intake_s
+            self._inflight += 1
+            heapq.heappush(self._upcoming, (req.arrival_s, req.rid, req))
+
+    def _release(self, at: float) -> None:
+        """A request's answer reached the client at ``at``: its slot sends the next one."""
+        self._inflight -= 1
+        self._dispatch(at)
+
+    def _admit(self, t: float) -> None:
+        """Hand the scheduler every request that reached the engine by ``t``; one longer than
+        max_model_len is refused at once, with vLLM's HTTP 400."""
+        while self._upcoming and self._upcoming[0][0] <= t:
+            _, _, req = heapq.heappop(self._upcoming)
+            if req.prompt_len + req.output_len > self.max_model_len:
+                req.error = (
+                    f"HTTP 400: This model's maximum context length is {self.max_model_len}"
+                    f" tokens. However, you requested {req.prompt_len + req.output_len} "
+                    f"tokens ({req.prompt_len} in the messages, {req.output_len} in the "
+                    "completion).")
+                self._rejected.append(req)
+                self._release(req.arrival_s + self.half_latency)
+                continue
+            self.scheduler.add(req)
+
+    def _step(self, t: float) -> float:
+        """One engine step from ``t``: schedule, time it, count it, complete what finished.
+        Returns when the step ends."""
+        sched = self.scheduler
+        plan = sched.schedule()
+        if plan is None:  # nothing fits although nothing runs: cannot happen after start-up
+            raise RuntimeError("simulated scheduler made no progress")
+        step = self.model.step_time(plan.shape, async_scheduling=self.async_scheduling,
+                                    cpu_scheduled=plan.cpu_scheduled)
+        if self.trace:
+            self.starts.append(t)
+            self.durations.append(step.duration_s)
+            self.shapes.append(plan.shape)
+        t += step.duration_s
+        self.steps += 1
+        self.batch_sum += plan.shape.num_seqs
+        if step.compute_bound is None:
+            self.compute_bound_steps = None
+        elif self.compute_bound_steps is not None and step.compute_bound:
+            self.compute_bound_steps += 1
+        if plan.decodes:
+            self.dtimes.append(t)
+        for _ in sched.complete(plan, t):
+            self._release(t + self.half_latency)
+        return t
 
     def _records(self, reqs: list[SimRequest]) -> tuple[RequestRecord, ...]:
         # Decode steps before this loop (a warm-up's) have no times here: pad their indices.
