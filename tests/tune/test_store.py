@@ -141,3 +141,26 @@ def test_a_trial_of_a_dead_process_on_this_host_is_failed_at_once(tmp_path: Path
     store = StudyStore.open(url, "s", SPACE, resume=True)  # well inside the heartbeat's grace
     assert not store.running_elsewhere({"max_num_seqs": "16", "enable_prefix_caching": "true"})
     assert [t.state for t in store.study.get_trials()] == [TrialState.FAIL]
+
+
+def test_a_storage_another_process_is_creating_is_opened_after_it(tmp_path: Path,
+                                                                  monkeypatch) -> None:
+    """Two processes creating one SQLite file at once: the slower one's schema stamp collides
+    with the faster one's (seen in CI as "UNIQUE constraint failed: alembic_version"), and it
+    opens the storage the other made instead of failing."""
+    real, calls = optuna.storages.RDBStorage, []
+
+    def racing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("(sqlite3.IntegrityError) UNIQUE constraint failed: "
+                               "alembic_version.version_num")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", racing)
+    storage = store_module._storage(f"sqlite:///{tmp_path / 'x.db'}")
+    assert len(calls) == 2 and isinstance(storage, real)
+    monkeypatch.setattr(optuna.storages, "RDBStorage", lambda *a, **k: (_ for _ in ()).throw(
+        RuntimeError("unable to open database file")))
+    with pytest.raises(SweetspotError, match="cannot open the study storage"):
+        store_module._storage(f"sqlite:///{tmp_path / 'y.db'}")

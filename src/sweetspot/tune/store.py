@@ -67,6 +67,10 @@ def default_storage_url(path: Path = DEFAULT_STORAGE) -> str:
     return f"sqlite:///{path}"
 
 
+# What a storage being created by another process at the same moment says.
+_CREATION_RACE = ("already exists", "UNIQUE constraint failed", "duplicate key value")
+
+
 def _storage(url: str) -> optuna.storages.BaseStorage:
     if url == ":memory:":  # benchmarks and tests: nothing kept
         return optuna.storages.InMemoryStorage()
@@ -78,18 +82,20 @@ def _storage(url: str) -> optuna.storages.BaseStorage:
             raise SweetspotError(f"cannot create {path.parent} for the study storage: {exc}"
                                  ) from None
     engine = {"connect_args": {"timeout": SQLITE_BUSY_S}} if url.startswith("sqlite") else None
-    for attempt in range(3):
+    attempt = 0
+    while True:
         try:
             with _quiet():
                 return optuna.storages.RDBStorage(url, engine_kwargs=engine,
                                                   heartbeat_interval=HEARTBEAT_S,
                                                   grace_period=GRACE_S)
         except Exception as exc:  # SQLAlchemy's: bad URL, driver, unreachable server, ...
-            # ... or another process creating the same new file's tables at this moment
-            if "already exists" not in str(exc) or attempt == 2:
+            # ... or another process creating the same new storage's tables (or stamping its
+            # schema version: "UNIQUE constraint failed: alembic_version") at this moment
+            attempt += 1
+            if not any(s in str(exc) for s in _CREATION_RACE) or attempt == 3:
                 raise _storage_error(url, exc) from None
             time.sleep(0.5)
-    raise AssertionError("unreachable")
 
 
 def _storage_error(url: str, exc: Exception) -> SweetspotError:
