@@ -200,23 +200,26 @@ class Tuner:
     def run_optuna(self) -> None:
         duplicates = 0
         while not self.exhausted() and duplicates < MAX_DUPLICATES_IN_A_ROW:
-            trial = self.store.ask()
-            config = self.space.apply(self.baseline, trial.params)
-            key = config_key(config)
-            self._refresh()
-            if key not in self.rows and self.store.asked_before(trial.params, trial.number):
-                self.store.study.tell(trial, state=TrialState.FAIL)  # another process's
-                duplicates += 1
-                continue
-            if key in self.rows:  # teach the sampler again, run nothing
-                known = self.rows[key]
-                values, constraints = self._values(known)
-                self.store.tell(trial, dataclasses.replace(known, duplicate_of=known.number),
-                                values, constraints)
-                duplicates += 1
-                continue
-            duplicates = 0
-            self._run(trial, config, "optuna", None)
+            duplicates = 0 if self._sampled(self.store.ask(), "optuna") else duplicates + 1
+
+    def _sampled(self, trial: optuna.trial.Trial, phase: str) -> bool:
+        """Run the configuration the sampler's ``trial`` names, unless another process asked
+        for it first (failed) or it is stored (told again as a duplicate: the sampler learns,
+        nothing runs); True when it ran."""
+        config = self.space.apply(self.baseline, trial.params)
+        key = config_key(config)
+        self._refresh()
+        if key not in self.rows and self.store.asked_before(trial.params, trial.number):
+            self.store.study.tell(trial, state=TrialState.FAIL)  # another process's
+            return False
+        if key in self.rows:
+            known = self.rows[key]
+            values, constraints = self._values(known)
+            self.store.tell(trial, dataclasses.replace(known, duplicate_of=known.number),
+                            values, constraints)
+            return False
+        self._run(trial, config, phase, None)
+        return True
 
     def ordered_rows(self) -> list[TrialResult]:
         return sorted(self.rows.values(), key=lambda r: r.number or 0)
