@@ -96,6 +96,9 @@ class Tuner:
                 or (b.seconds is not None and time.monotonic() - self.started_s >= b.seconds))
 
     def best(self) -> TrialResult | None:
+        # Not Optuna's study.best_trial: it raises in a pareto study (two objectives), where
+        # on_trial wants this too, and when no trial is feasible; and it would read every
+        # stored trial from the storage after each trial, where the rows are at hand here.
         pool = candidates(list(self.rows.values()))
         return max(pool, key=lambda r: r.throughput) if pool else None
 
