@@ -4,10 +4,14 @@ results, budget, resume after a kill, picks and confirmation."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+import optuna
 import pytest
+from optuna.trial import TrialState
 
 from sweetspot._errors import SweetspotError
 from sweetspot.backends.base import MemoryPeaks, Run, ServerFacts
@@ -70,13 +74,15 @@ class FakeBackend(fake.FakeBackend):
 
 
 def _tuner(tmp_path: Path, backend: FakeBackend, *, budget: int, resume: bool = False,
-           strategy_seed: int = 0, slos: str | None = None) -> Tuner:
-    store = StudyStore.open(f"sqlite:///{tmp_path / 's.db'}", "study", SPACE, resume=resume,
+           strategy_seed: int = 0, slos: str | None = None, joins: bool = False) -> Tuner:
+    store = StudyStore.open(f"sqlite:///{tmp_path / 's.db'}", "study", SPACE,
+                            resume=resume or joins,
                             sampler=make_sampler("throughput", strategy_seed))
     evaluator = Evaluator(backend, WORKLOAD, 20, parse_slos(slos), vocab_size=100)
     baseline = ServingConfig(max_num_seqs=32, gpu_memory_utilization=0.9,
                              enable_prefix_caching=False)
-    return Tuner(store, evaluator, SPACE, baseline, budget=Budget(trials=budget))
+    return Tuner(store, evaluator, SPACE, baseline, budget=Budget(trials=budget),
+                 count_stored=not joins)
 
 
 def test_ofat_sweeps_each_knob_from_the_baseline_then_combines(tmp_path: Path) -> None:
@@ -105,6 +111,68 @@ def test_failed_trial_is_a_result(tmp_path: Path) -> None:
     oom = [r for r in rows if r.status == "oom"]
     assert len(oom) == 2 and all(r.cause == "CUDA out of memory" for r in oom)
     assert all(not r.slo_ok and r.metrics == {} for r in oom)
+
+
+def test_two_tuners_split_one_grid(tmp_path: Path) -> None:
+    """Two tuners on one SQLite file, at once, with budgets that together cover the grid:
+    GridSampler reads the storage, so each runs points the other has not taken: every point
+    runs exactly once, each tuner spends its whole budget, and no trial was a repeat or
+    yielded to the other's (the study holds one complete trial per point, nothing else),
+    where two tuners walking one seeded shuffle would each wait on the other's trials."""
+    _tuner(tmp_path, FakeBackend(), budget=0)  # creates the study
+    backends = [FakeBackend(), FakeBackend()]
+    tuners = [_tuner(tmp_path, b, budget=SPACE.size // 2, joins=True) for b in backends]
+    start, errors = threading.Barrier(2), []
+
+    def run(tuner: Tuner) -> None:
+        start.wait()
+        try:
+            tuner.run("grid")
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in tuners]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors
+    assert [b.calls for b in backends] == [t.ran for t in tuners] == [15, 15]
+    rows = tuners[0].store.rows()
+    configs = {json.dumps(dict(r.config), sort_keys=True) for r in rows}
+    assert len(configs) == len(rows) == SPACE.size
+    trials = tuners[0].store.study.get_trials()
+    assert len(trials) == SPACE.size and {t.state for t in trials} == {TrialState.COMPLETE}
+    assert sorted(t.system_attrs["grid_id"] for t in trials) == list(range(SPACE.size))
+
+
+def test_grid_runs_a_point_whose_trial_failed(tmp_path: Path) -> None:
+    """Every grid point's trial failed (its process lost, say): GridSampler counts them all
+    visited; the tuner runs them anyway, by label, and ends when the study holds every one
+    (not on the sampler's repeats of visited points)."""
+    tuner = _tuner(tmp_path, FakeBackend(), budget=100)
+    study = tuner.store.study
+    grid = optuna.samplers.GridSampler({d.knob: list(d.labels) for d in SPACE.dimensions})
+    for _ in range(SPACE.size):
+        study.tell(tuner.store.ask(sampler=grid), state=TrialState.FAIL)
+    assert grid.is_exhausted(study)
+    backend = FakeBackend()
+    tuner = _tuner(tmp_path, backend, budget=100, resume=True)
+    tuner.run("grid")
+    assert backend.calls == len(tuner.rows) == SPACE.size
+    tuner.run("grid")  # done: nothing more runs, nothing more is asked
+    assert backend.calls == SPACE.size and len(study.get_trials()) == 2 * SPACE.size
+
+
+def test_grid_points_already_stored_run_nothing(tmp_path: Path) -> None:
+    """The baseline run before the grid (fixed labels, no grid point of its own) is a point
+    the grid proposes later: told as a duplicate, it runs nothing and costs no budget."""
+    backend = FakeBackend()
+    tuner = _tuner(tmp_path, backend, budget=SPACE.size)
+    tuner.evaluate(tuner.baseline, "baseline")
+    tuner.run("grid")
+    assert backend.calls == len(tuner.rows) == SPACE.size
+    assert len([r for r in tuner.ordered_rows() if r.phase == "baseline"]) == 1
 
 
 def test_optuna_finds_the_best_within_a_third_of_the_grid(tmp_path: Path) -> None:

@@ -85,6 +85,12 @@ def changed_knobs(row: TrialResult, baseline_config: Mapping | None) -> list[str
 def pareto_front(rows: Sequence[TrialResult]) -> list[TrialResult]:
     """Rows no other row beats on both throughput (higher) and P99 latency (lower), by
     ascending throughput; rows over capacity have no latency to compare."""
+    # Not Optuna's study.best_trials, which answers another question: a throughput study has
+    # one objective (no latency among its values); its feasible trials meet every constraint
+    # told, so it would drop rows kept here (an SLO missed, a request failed, a capacity short
+    # of the offered rate by less than the resolution); it counts the sampler's repeats of a
+    # configuration as trials of their own (ties kept); and the report draws its front from
+    # plain points, with no study (pareto_numbers).
     ok = {r.number: r for r in rows if r.number is not None and r.ran and not r.over_capacity}
     return [ok[n] for n in pareto_numbers((n, _tp(r), _lat(r)) for n, r in ok.items())]
 

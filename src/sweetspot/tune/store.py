@@ -269,19 +269,22 @@ class StudyStore:
                 out.append(TrialResult.from_dict(row))
         return out
 
-    def ask(self, labels: Mapping[str, str] | None = None) -> optuna.trial.Trial:
-        """A new trial: at ``labels`` (fixed), or where the sampler points. Fixed by this
-        process's own sampler, not Optuna's queue of enqueued trials, which every process
-        serving the study pops from."""
-        sampler = self.study.sampler
+    def ask(self, labels: Mapping[str, str] | None = None,
+            sampler: optuna.samplers.BaseSampler | None = None) -> optuna.trial.Trial:
+        """A new trial: at ``labels`` (fixed), or where ``sampler`` (the study's by default)
+        points. Fixed by this process's own sampler, not Optuna's queue of enqueued trials,
+        which every process serving the study pops from."""
+        study_sampler = self.study.sampler
         try:
             with _quiet():
                 if labels is not None:
                     self.study.sampler = optuna.samplers.PartialFixedSampler(dict(labels),
-                                                                             sampler)
+                                                                             study_sampler)
+                elif sampler is not None:
+                    self.study.sampler = sampler
                 trial = self.study.ask(self.distributions)
         finally:
-            self.study.sampler = sampler
+            self.study.sampler = study_sampler
         if isinstance(self.storage, optuna.storages.RDBStorage):
             from sweetspot.backends.vllm.guard import owner_mark
 

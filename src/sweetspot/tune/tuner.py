@@ -4,8 +4,9 @@ every trial, the budget stops it.
 Strategies (``STRATEGIES``):
 - ``ofat`` — the guide's method: the baseline, then each knob swept alone from it, then the
   combination of each knob's best value;
-- ``grid`` — every configuration of the space, in a seeded random order (so a budget cut gives
-  a uniform sample: "grid-random");
+- ``grid`` — every configuration of the space, in the seeded random order of Optuna's
+  GridSampler (so a budget cut gives a uniform sample: "grid-random"), which processes serving
+  one study split between them;
 - ``optuna`` — TPE on throughput with the SLOs and failures as constraints (failed trials are
   told to the sampler as infeasible, not dropped), or NSGA-II on throughput vs P99 latency with
   ``objective="pareto"``;
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -78,6 +78,7 @@ class Tuner:
         self.objective = objective
         self.seed = seed
         self.on_trial = on_trial
+        self._grid: optuna.samplers.GridSampler | None = None  # run_grid's, made at its start
         self.rows: dict[str, TrialResult] = {}
         self._refresh()  # a resumed study: what is done stays done
         # The budget counts the configurations this process runs, and those stored when it
@@ -95,6 +96,9 @@ class Tuner:
                 or (b.seconds is not None and time.monotonic() - self.started_s >= b.seconds))
 
     def best(self) -> TrialResult | None:
+        # Not Optuna's study.best_trial: it raises in a pareto study (two objectives), where
+        # on_trial wants this too, and when no trial is feasible; and it would read every
+        # stored trial from the storage after each trial, where the rows are at hand here.
         pool = candidates(list(self.rows.values()))
         return max(pool, key=lambda r: r.throughput) if pool else None
 
@@ -187,36 +191,61 @@ class Tuner:
         self.evaluate(self.baseline.replace(**best), "combined")
 
     def run_grid(self) -> None:
-        dims = self.space.dimensions
-        combos = list(itertools.product(*(d.values for d in dims)))
-        random.Random(self.seed).shuffle(combos)
-        for combo in combos:
-            if self.exhausted():
+        """Every configuration of the space once, in the order Optuna's GridSampler (over the
+        value labels, seeded) gives, until the budget ends or the grid is done.
+
+        The grid sampler reads the storage and points at a grid point that no trial has
+        finished or is running: processes serving one study split the grid between them
+        instead of each walking its own order and waiting on the other's trials. It proposes
+        the grid's trials only (``StudyStore.ask(sampler=...)``): the study's own sampler
+        stays in place for the trials at fixed labels, which would otherwise take a grid
+        point each, and for ``tell``, where GridSampler would call ``Study.stop`` (it raises
+        outside ``Study.optimize``) once the grid is done. A point already stored (the
+        baseline, a reverted configuration) is told again as a duplicate and runs nothing.
+        A finished trial makes its point visited even when it failed on the way out
+        (interrupted, its process lost, or yielded to another process's), so once the sampler
+        has no point left (it would re-sample visited ones) the configurations the study
+        still lacks run by their labels; the loop ends when the study holds every one."""
+        dims, study = self.space.dimensions, self.store.study
+        if self._grid is None:
+            self._grid = optuna.samplers.GridSampler({d.knob: list(d.labels) for d in dims},
+                                                    seed=self.seed)
+        keyed = {config_key(config): config for config in (
+            self.baseline.replace(**dict(zip((d.knob for d in dims), combo, strict=True)))
+            for combo in itertools.product(*(d.values for d in dims)))}
+        while not self.exhausted():
+            self._refresh()
+            missing = [config for key, config in keyed.items() if key not in self.rows]
+            if not missing:
                 return
-            config = self.baseline.replace(**{d.knob: v for d, v in zip(dims, combo,
-                                                                        strict=True)})
-            self.evaluate(config, "grid")
+            if self._grid.is_exhausted(study):
+                self.evaluate(missing[0], "grid")
+            else:
+                self._sampled(self.store.ask(sampler=self._grid), "grid")
 
     def run_optuna(self) -> None:
         duplicates = 0
         while not self.exhausted() and duplicates < MAX_DUPLICATES_IN_A_ROW:
-            trial = self.store.ask()
-            config = self.space.apply(self.baseline, trial.params)
-            key = config_key(config)
-            self._refresh()
-            if key not in self.rows and self.store.asked_before(trial.params, trial.number):
-                self.store.study.tell(trial, state=TrialState.FAIL)  # another process's
-                duplicates += 1
-                continue
-            if key in self.rows:  # teach the sampler again, run nothing
-                known = self.rows[key]
-                values, constraints = self._values(known)
-                self.store.tell(trial, dataclasses.replace(known, duplicate_of=known.number),
-                                values, constraints)
-                duplicates += 1
-                continue
-            duplicates = 0
-            self._run(trial, config, "optuna", None)
+            duplicates = 0 if self._sampled(self.store.ask(), "optuna") else duplicates + 1
+
+    def _sampled(self, trial: optuna.trial.Trial, phase: str) -> bool:
+        """Run the configuration the sampler's ``trial`` names, unless another process asked
+        for it first (failed) or it is stored (told again as a duplicate: the sampler learns,
+        nothing runs); True when it ran."""
+        config = self.space.apply(self.baseline, trial.params)
+        key = config_key(config)
+        self._refresh()
+        if key not in self.rows and self.store.asked_before(trial.params, trial.number):
+            self.store.study.tell(trial, state=TrialState.FAIL)  # another process's
+            return False
+        if key in self.rows:
+            known = self.rows[key]
+            values, constraints = self._values(known)
+            self.store.tell(trial, dataclasses.replace(known, duplicate_of=known.number),
+                            values, constraints)
+            return False
+        self._run(trial, config, phase, None)
+        return True
 
     def ordered_rows(self) -> list[TrialResult]:
         return sorted(self.rows.values(), key=lambda r: r.number or 0)
