@@ -34,6 +34,7 @@ from sweetspot.spec.version import parse_vllm_version
 from sweetspot.spec.workload import preset
 from sweetspot.tune.evaluate import Evaluator, parse_slos
 from sweetspot.tune.resolve import resolve_space_and_baseline
+from sweetspot.tune.result import TrialResult
 from sweetspot.tune.space import config_key
 from sweetspot.tune.store import StudyStore
 from sweetspot.tune.tuner import Budget, Tuner, config_from_json, make_sampler
@@ -69,7 +70,7 @@ def _parts(requests: int):
 def _evaluate_chunk(args) -> list[dict]:
     requests, configs = args
     _, _, evaluator = _parts(requests)
-    return [evaluator.evaluate(config_from_json(c))[0] for c in configs]
+    return [evaluator.evaluate(config_from_json(c))[0].to_dict() for c in configs]
 
 
 def grid_table(requests: int, jobs: int) -> tuple[dict[str, dict], float]:
@@ -110,19 +111,17 @@ class LookupEvaluator:
     slos: dict
 
     def evaluate(self, config, repeat: int = 0):
-        row = dict(self.table[config_key(config)])
-        row["slo_ok"] = meets(row, self.slos)
-        return row, None
+        row = TrialResult.from_dict(self.table[config_key(config)])
+        return dataclasses.replace(row, slo_ok=meets(row, self.slos)), None
 
 
-def meets(row: dict, slos: dict) -> bool:
-    m = row["metrics"]
-    return (row["status"] == "ok" and bool(m) and not m.get("failed")
-            and all(m[k] <= v for k, v in slos.items()))
+def meets(row: TrialResult, slos: dict) -> bool:
+    m = row.metrics
+    return (row.ran and not m.get("failed") and all(m[k] <= v for k, v in slos.items()))
 
 
-def objective(row: dict, slos: dict) -> float:
-    return row["metrics"]["output_throughput"] if meets(row, slos) else 0.0
+def objective(row: TrialResult, slos: dict) -> float:
+    return row.throughput if meets(row, slos) else 0.0
 
 
 def run_strategy(strategy: str, seed: int, table: dict, budget: int, requests: int
