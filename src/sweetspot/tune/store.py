@@ -67,6 +67,9 @@ def default_storage_url(path: Path = DEFAULT_STORAGE) -> str:
     return f"sqlite:///{path}"
 
 
+# How long a process waits for a rival trial's parameters to reach the storage (normally
+# milliseconds: the rival is between Optuna's creating the trial and suggesting its values).
+PARAMS_WAIT_S = 10.0
 # What a storage being created by another process at the same moment says.
 _CREATION_RACE = ("already exists", "UNIQUE constraint failed", "duplicate key value")
 
@@ -235,12 +238,24 @@ class StudyStore:
         """A trial numbered below ``number`` is running or has finished at ``labels``: another
         process asked for this configuration first (trial numbers are handed out by the
         storage, one at a time, so of two processes that asked at once exactly one sees the
-        other's lower number and yields)."""
+        other's lower number and yields). A trial's parameters reach the storage one by one
+        after its number: a lower trial still without all of them is waited for (briefly),
+        else both processes would see no rival and run the configuration twice."""
         want = dict(labels)
-        return any(t.number < number and t.params == want
-                   for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,
-                                                                           TrialState.COMPLETE))
-                   if (t.user_attrs.get(ROW_ATTR) or {}).get("duplicate_of") is None)
+        deadline = time.monotonic() + PARAMS_WAIT_S
+        while True:
+            lower = [t for t in self.study.get_trials(
+                deepcopy=False, states=(TrialState.RUNNING, TrialState.COMPLETE))
+                if t.number < number
+                and (t.user_attrs.get(ROW_ATTR) or {}).get("duplicate_of") is None]
+            if any(t.params == want for t in lower):
+                return True
+            unset = [t for t in lower if t.state == TrialState.RUNNING
+                     and len(t.params) < len(want)
+                     and all(want.get(k) == v for k, v in t.params.items())]
+            if not unset or time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
 
     def running_elsewhere(self, labels: Mapping[str, str], besides: int | None = None) -> bool:
         """Another process is running a trial at ``labels`` now (trial ``besides``, just
