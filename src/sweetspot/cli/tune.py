@@ -214,7 +214,7 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
     from sweetspot.spec.loaders import load_workload
     from sweetspot.spec.workload import workload_to_dict
     from sweetspot.tune.evaluate import config_to_json, parse_slos
-    from sweetspot.tune.space import value_label
+    from sweetspot.tune.space import storage_label
     from sweetspot.tune.study import StudySettings
     from sweetspot.tune.tuner import STRATEGIES
 
@@ -309,7 +309,7 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
         memory_limit_gib=memory_gib,
         backend=backend, vllm=vllm, calibration=str(calibration) if calibration else None,
         rate=offered, acceptance=acceptance,
-        fixed={k: value_label(v) for k, v in (fixed or {}).items()})
+        fixed={k: storage_label(v) for k, v in (fixed or {}).items()})
 
 
 def _guide_template(version) -> str:
@@ -353,7 +353,7 @@ def _print_tune_commands(settings, changes: dict) -> int:
     of the space changed alone from the baseline: what ofat and auto run first; grid and
     optuna combine the same values), built by the study's own backend. Nothing starts."""
     from sweetspot.engine.validate import validate_config
-    from sweetspot.tune.space import value_label
+    from sweetspot.tune.space import storage_label
     from sweetspot.tune.study import _backend, resolve_study
 
     if settings.backend != "vllm":
@@ -386,7 +386,7 @@ def _print_tune_commands(settings, changes: dict) -> int:
         current = getattr(baseline, dim.knob)
         for value in dim.values:
             if value != current:
-                show(f"{dim.knob}={value_label(value)}", baseline.replace(**{dim.knob: value}))
+                show(f"{dim.knob}={storage_label(value)}", baseline.replace(**{dim.knob: value}))
     return 0
 
 

@@ -17,13 +17,13 @@ from sweetspot.report.study import (
     OFAT,
     baseline_trial,
     canonical,
+    display_label,
     is_ok,
     memory_gib,
     metric,
     ofat_knobs,
     relative_change,
     trials_by_number,
-    value_label,
 )
 from sweetspot.tune.picks import pareto_numbers
 
@@ -258,7 +258,7 @@ def pareto_data(study: Mapping[str, Any]) -> ParetoData | None:
 def _point(trial: Mapping[str, Any], knob: str, value: Any, is_baseline: bool) -> SweepPoint:
     return SweepPoint(
         value=value,
-        label=value_label(value, knob),
+        label=display_label(value, knob),
         trial=int(trial["number"]),
         status=str(trial.get("status")),
         is_baseline=is_baseline,

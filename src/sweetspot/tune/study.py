@@ -39,7 +39,7 @@ from sweetspot.tune.picks import (
     reasons_for,
 )
 from sweetspot.tune.rate import RateSearch, search_rate
-from sweetspot.tune.space import SearchSpace, _values, config_key, default_space, value_label
+from sweetspot.tune.space import SearchSpace, _values, config_key, default_space, storage_label
 from sweetspot.tune.store import StudyExists, StudyStore
 from sweetspot.tune.tuner import STRATEGIES, Budget, Tuner, config_from_json, make_sampler
 
@@ -157,7 +157,7 @@ def resolve_space_and_baseline(settings_space: dict[str, list[str]] | None, chan
         if value is None:
             value = getattr(resolved, dim.knob)
         explicit[dim.knob] = value
-        if value_label(value) not in dim.labels:
+        if storage_label(value) not in dim.labels:
             dim = dataclasses.replace(dim, values=(value, *dim.values))
         dims.append(dim)
     return SearchSpace(tuple(dims)), baseline.replace(**explicit)
