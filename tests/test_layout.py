@@ -29,7 +29,7 @@ KNOWN_FUNCTIONS = {
     "backends/sim/simulator.py:run": 70, "cli/advise.py:advise": 70, "tune/evaluate.py:row": 70,
     "backends/vllm/server.py:launch_server": 67, "testing/tiny_model.py:make_tiny_model": 64,
     "backends/vllm/backend.py:run_args": 63, "engine/memory.py:estimate_memory": 63,
-    "tune/calibrate.py:profile_server": 63, "cli/report.py:_print_study": 61,
+    "tune/calibrate.py:profile_server": 63,
 }
 
 

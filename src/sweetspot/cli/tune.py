@@ -29,7 +29,7 @@ from sweetspot.cli._common import (
     _write_report,
     app,
 )
-from sweetspot.cli.report import _all_failed, _print_study
+from sweetspot.cli._study_print import all_failed, print_study
 from sweetspot.spec.hardware import load_hardware
 from sweetspot.spec.presets import PRESETS
 from sweetspot.spec.quant import load_quantization
@@ -192,10 +192,10 @@ def tune(
                          on_trial=on_trial,
                          on_phase=lambda text: progress.update(task, description=text))
     elapsed = _time.monotonic() - started
-    _print_study(data, elapsed)
+    print_study(data, elapsed_s=elapsed)
     out = report_dir or Path(".sweetspot") / "reports" / settings.name
     _write_report(data, out)
-    for line in _all_failed(data):
+    for line in all_failed(data):
         _out.print(line, markup=False)
     if settings.strategy == "rate":
         return 0 if (data.get("rate_search") or {}).get("max_rate") else 1
