@@ -21,7 +21,7 @@ KNOWN_MODULES = {
     "report/render.py": 422, "tune/study.py": 546,
 }
 KNOWN_FUNCTIONS = {
-    "cli/bench.py:bench": 169, "cli/tune.py:tune": 163, "cli/calibrate.py:calibrate": 109,
+    "cli/tune.py:tune": 163, "cli/calibrate.py:calibrate": 109,
     "cli/tune.py:_new_settings": 108, "tune/study.py:run_study": 99,
     "backends/sim/simulator.py:simulate": 92, "engine/lint.py:_check_option": 92,
     "cli/simulate.py:simulate": 78, "metrics/serve.py:compute_result": 77,

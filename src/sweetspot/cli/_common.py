@@ -105,23 +105,6 @@ def _bunched_words(data: dict) -> str:
             f"{BURST_GAP_S * 1e3:g} ms (chunks that waited, then were read at once)")
 
 
-def _env_items(items: list[str] | None) -> dict[str, str]:
-    """--env KEY=VALUE, or KEY alone for this process's own value (a token kept out of the
-    shell's history: it is used, never written)."""
-    env: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not key or any(c in key for c in " \t\n"):
-            raise SweetspotError(f"bad --env {key!r}: expected KEY=VALUE or KEY")
-        if not sep:
-            if key not in os.environ:
-                raise SweetspotError(f"--env {key}: not set in this environment (or pass "
-                                     f"{key}=VALUE)")
-            value = os.environ[key]
-        env[key] = value
-    return env
-
-
 def _server_line(backend, args) -> str:
     """The exact command, runnable in a shell: the environment sweetspot sets, then argv."""
     import shlex

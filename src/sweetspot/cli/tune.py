@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -21,7 +19,6 @@ from sweetspot.cli._common import (
     HeaderOpt,
     QuantOpt,
     _check_name,
-    _env_items,
     _err,
     _out,
     _realtime_client,
@@ -210,12 +207,13 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
     import shlex
     import time as _time
 
+    from sweetspot.cli._server_options import server_options, vllm_python_path
     from sweetspot.engine.lint import lint_command
     from sweetspot.spec.loaders import load_workload
     from sweetspot.spec.workload import workload_to_dict
     from sweetspot.tune.evaluate import config_to_json, parse_slos
     from sweetspot.tune.space import storage_label
-    from sweetspot.tune.study import StudySettings
+    from sweetspot.tune.study import ENDPOINT_ONLY_RATE, StudySettings
     from sweetspot.tune.tuner import STRATEGIES
 
     if backend not in ("sim", "vllm", "endpoint"):
@@ -227,8 +225,6 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
         raise SweetspotError("--url goes with --backend endpoint (a running server), and "
                              "--backend endpoint needs --url")
     if backend == "endpoint" and strategy != "rate":
-        from sweetspot.tune.study import ENDPOINT_ONLY_RATE
-
         raise SweetspotError(ENDPOINT_ONLY_RATE)
     if strategy not in STRATEGIES:
         raise SweetspotError(f"--strategy must be one of {', '.join(STRATEGIES)}, not "
@@ -240,7 +236,7 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
                              "them with --slo, e.g. p99_ttft=2s,p99_tpot=60ms")
     demo = model is None and gpu is None and workload is None and baseline is None
     model, gpu = model or GUIDE_MODEL, gpu or "a100-80gb"
-    python = vllm_python or os.environ.get("SWEETSPOT_VLLM_PYTHON") or sys.executable
+    python = vllm_python_path(vllm_python)
     if backend == "vllm" and launch_template is None:
         version = _installed_vllm(python, vllm_version)
     else:
@@ -279,9 +275,9 @@ def _new_settings(model, gpu, quant, workload, vllm_version, backend, num_reques
     real = backend != "sim"  # measured, not predicted
     vllm: dict = {}
     if backend == "vllm":
-        env = _env_items(server_env)
-        vllm = {"python": python, "template": launch_template, "tokenizer": tokenizer,
-                "env": env, "trials_dir": str(trials_dir),
+        server = server_options(vllm_python, launch_template, server_env)
+        vllm = {"python": server.python, "template": server.template, "tokenizer": tokenizer,
+                "env": server.env, "trials_dir": str(trials_dir),
                 "args": shlex.split(server_args or "")}
         if dummy_weights:  # an option of every server, so a resumed study keeps it
             from sweetspot.backends.vllm.server import DUMMY_WEIGHTS
