@@ -41,13 +41,11 @@ from sweetspot.tune.picks import (
 from sweetspot.tune.rate import RateSearch, search_rate
 from sweetspot.tune.space import SearchSpace, _values, config_key, default_space, storage_label
 from sweetspot.tune.store import StudyExists, StudyStore
-from sweetspot.tune.tuner import STRATEGIES, Budget, Tuner, config_from_json, make_sampler
+from sweetspot.tune.strategy import check_strategy
+from sweetspot.tune.tuner import Budget, Tuner, config_from_json, make_sampler
 
 __all__ = ["StudySettings", "run_study", "study_data"]
 
-ENDPOINT_ONLY_RATE = ("--backend endpoint measures the server at --url as it runs, so only "
-                       "--strategy rate applies; a search needs servers it can launch "
-                       "(--backend vllm)")
 DRAFTS = {"Qwen2ForCausalLM": "Qwen/Qwen2.5-0.5B-Instruct"}
 # --rate auto offers this share of the baseline's steady-state capacity: loaded enough that the
 # configurations' latencies differ, light enough that the baseline's queue stays short.
@@ -232,17 +230,8 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
               on_trial: Callable[[dict, dict | None], None] | None = None,
               on_phase: Callable[[str], None] | None = None) -> dict:
     """Run (or continue) the study; returns ``study_data`` of the result."""
-
-    if settings.strategy not in STRATEGIES:
-        raise SweetspotError(f"unknown strategy {settings.strategy!r}; known: "
-                             f"{', '.join(STRATEGIES)}")
-    if settings.objective not in ("throughput", "pareto"):
-        raise SweetspotError(f"unknown objective {settings.objective!r}: throughput or pareto")
-    if settings.backend == "endpoint" and settings.strategy != "rate":
-        raise SweetspotError(ENDPOINT_ONLY_RATE)
-    if settings.strategy == "rate" and not settings.slos:
-        raise SweetspotError("the rate strategy finds the highest rate that meets the SLOs: "
-                             "give them with --slo, e.g. p99_ttft=2s,p99_tpot=60ms")
+    check_strategy(settings.backend, settings.strategy, settings.objective,
+                   has_slos=bool(settings.slos))
     study = resolve_study(settings, space_changes)
     version, resolved, quant = study.version, study.model, study.quant
     workload, space, baseline = study.workload, study.space, study.baseline
