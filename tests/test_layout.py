@@ -21,11 +21,11 @@ KNOWN_MODULES = {
     "report/render.py": 422, "tune/study.py": 546,
 }
 KNOWN_FUNCTIONS = {
-    "cli/calibrate.py:calibrate": 109, "tune/study.py:run_study": 99,
+    "tune/study.py:run_study": 99,
     "backends/sim/simulator.py:simulate": 92, "engine/lint.py:_check_option": 92,
-    "cli/simulate.py:simulate": 78, "metrics/serve.py:compute_result": 77,
+    "metrics/serve.py:compute_result": 77,
     "testing/vllm_bench.py:run_vllm_bench_serve": 73, "backends/sim/scheduler.py:schedule": 72,
-    "backends/sim/simulator.py:run": 70, "cli/advise.py:advise": 70, "tune/evaluate.py:row": 70,
+    "backends/sim/simulator.py:run": 70, "tune/evaluate.py:row": 70,
     "backends/vllm/server.py:launch_server": 67, "testing/tiny_model.py:make_tiny_model": 64,
     "backends/vllm/backend.py:run_args": 63, "engine/memory.py:estimate_memory": 63,
     "tune/calibrate.py:profile_server": 63,

@@ -214,6 +214,18 @@ def _check_name(name: str, flag: str) -> str:
     return name
 
 
+def _write_json(path: Path, data: dict) -> None:
+    """--json: the result, indented."""
+    import json
+
+    from sweetspot._files import write_text
+
+    try:
+        write_text(path, json.dumps(data, indent=2))
+    except OSError as exc:
+        raise SweetspotError(f"cannot write {path}: {exc}") from None
+
+
 def _write_report(data: dict, out: Path) -> None:
     from sweetspot.report import build_report
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from sweetspot._errors import SweetspotError
-from sweetspot._files import write_text
 from sweetspot.cli._common import (
     _BUNCHED,
     ApiKeyOpt,
@@ -24,9 +23,13 @@ from sweetspot.cli._common import (
     _out,
     _print_result,
     _server_line,
+    _write_json,
     app,
 )
 from sweetspot.spec.hardware import GiB
+
+if TYPE_CHECKING:  # pydantic loads when the command runs, not when --help does
+    from sweetspot.cli._bench_settings import BenchSettings
 
 UrlOpt = Annotated[str | None, typer.Option(help="Base URL of a running OpenAI-compatible "
                                                  "server.")]
@@ -121,7 +124,7 @@ def bench(
     return _run_bench(bench_settings(options))
 
 
-def _run_bench(settings) -> int:
+def _run_bench(settings: BenchSettings) -> int:
     """Send the workload to the launched or running server, measure it, write --json, print."""
     from sweetspot.spec.requests import sample_requests
 
@@ -142,14 +145,11 @@ def _run_bench(settings) -> int:
     url = trial.base_url if trial is not None else settings.url
     data["sweetspot"] = _described(settings, url, model, requests, run, vocab_size)
     if settings.json_path is not None:
-        try:
-            write_text(settings.json_path, json.dumps(data, indent=2))
-        except OSError as exc:
-            raise SweetspotError(f"cannot write {settings.json_path}: {exc}") from None
+        _write_json(settings.json_path, data)
     return _print_bench(measurement, data, trial, run)
 
 
-def _vllm_backend(settings):
+def _vllm_backend(settings: BenchSettings):
     from sweetspot.backends.vllm import VllmBackend
 
     launch = settings.launch
@@ -161,7 +161,7 @@ def _vllm_backend(settings):
         dummy_weights=launch.dummy_weights)
 
 
-def _client(settings, backend):
+def _client(settings: BenchSettings, backend):
     """The client's settings, the model named and the vocabulary prompts are drawn from: a
     launched server's model folder, or what the running one serves (asked before the run)."""
     import asyncio
@@ -179,7 +179,7 @@ def _client(settings, backend):
     return dataclasses.replace(settings.load, model=model), model, settings.vocab_size or 32_000
 
 
-def _run_requests(settings, backend, requests, load, model):
+def _run_requests(settings: BenchSettings, backend, requests, load, model):
     """The requests run, on the server launched for them (one trial) or on the one at --url,
     with a progress bar on stderr: (the trial or None, the run)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -207,7 +207,7 @@ def _run_requests(settings, backend, requests, load, model):
     return trial, trial.run
 
 
-def _measured(settings, run) -> tuple:
+def _measured(settings: BenchSettings, run) -> tuple:
     """The run's measurement (None when no run) and its result dict, with the SLO checks."""
     from sweetspot.metrics.run import measure
     from sweetspot.metrics.slo import check_slos
@@ -225,7 +225,7 @@ def _measured(settings, run) -> tuple:
     return measurement, data
 
 
-def _described(settings, url, model, requests, run, vocab_size) -> dict:
+def _described(settings: BenchSettings, url, model, requests, run, vocab_size) -> dict:
     """What ran, beside vLLM's keys: what `sweetspot calibrate` needs to draw the same
     requests again."""
     from sweetspot.spec.workload import workload_to_dict
