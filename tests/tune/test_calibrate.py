@@ -125,7 +125,7 @@ def test_one_config_for_every_run_cannot_fit_the_study(tiny_dir: Path, tmp_path:
     fitting the same runs as if every server had max-num-seqs 32 misses by far more than 3 %."""
     url = f"sqlite:///{tmp_path / 's.db'}"
     _real_study(tiny_dir, url)
-    data = study_data(StudyStore.load(url, "real"), url)
+    data = study_data(StudyStore.load(url, "real"), url).to_dict()
     arch = load_model(str(tiny_dir)).arch
     pairs = study_observations(data, min(arch.vocab_size, 32_000),
                                ServingConfig(enforce_eager=True))

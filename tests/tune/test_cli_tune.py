@@ -220,7 +220,7 @@ def default_demo(tmp_path_factory: pytest.TempPathFactory):
     result = run_cli("tune", "--storage", url, "--study-name", "demo", "--report-dir",
                      str(folder / "r"))
     assert result.returncode == 0, result.stderr
-    return result, study_data(StudyStore.load(url, "demo"), url)
+    return result, study_data(StudyStore.load(url, "demo"), url).to_dict()
 
 
 def test_the_default_demo_prints_the_golden_picks(default_demo) -> None:
@@ -344,20 +344,25 @@ def test_backend_vllm_records_the_release_the_servers_run(tmp_path: Path, qwen_f
                                                          ) -> None:
     """The target release's default is not what a launched server runs: the interpreter's
     own vLLM is (a fake interpreter here, saying what detect_vllm asks)."""
+    import inspect
+    from types import SimpleNamespace
+
     from sweetspot._errors import SweetspotError
-    from sweetspot.cli.tune import _new_settings
+    from sweetspot.cli._tune_settings import tune_settings
+    from sweetspot.cli.tune import tune
 
     fake = tmp_path / "python"
     said = json.dumps({"version": "0.32.0+cpu", "path": "vllm/__init__.py", "options": []})
     fake.write_text(f"#!/bin/sh\necho 'SWEETSPOT-VLLM {said}'\n")
     fake.chmod(0o755)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    defaults = {name: p.default for name, p in inspect.signature(tune).parameters.items()}
 
     def settings(version: str | None):
-        return _new_settings(
-            str(qwen_folder), "cpu", None, "short", version, "vllm", None, None, None, "auto",
-            "throughput", None, None, 0, None, 0, None, "s", str(fake), None, None, None,
-            None, tmp_path / "trials")
+        options = {**defaults, "model": str(qwen_folder), "gpu": "cpu", "workload": "short",
+                   "vllm_version": version, "backend": "vllm", "confirm": 0,
+                   "study_name": "s", "vllm_python": str(fake), "trials_dir": tmp_path / "trials"}
+        return tune_settings(SimpleNamespace(**options)).study
 
     made = settings(None)
     assert made.vllm_version == "0.32.0" and made.quant == "bf16"

@@ -11,7 +11,7 @@ from sweetspot.spec.model import load_model
 from sweetspot.spec.version import parse_vllm_version
 from sweetspot.spec.workload import validate_workload
 from sweetspot.tune.resolve import fixed_values, resolve_space_and_baseline
-from sweetspot.tune.space import parse_fix_items, value_label
+from sweetspot.tune.space import parse_fix_items, storage_label
 
 WORKLOAD = validate_workload({"name": "w", "prompt": {"kind": "fixed", "value": 100},
                               "output": {"kind": "fixed", "value": 50}}, "test")
@@ -42,7 +42,7 @@ def test_stored_labels_give_the_same_values_back() -> None:
     spec = SpeculativeConfig("ngram", 3, prompt_lookup_max=4, prompt_lookup_min=2)
     fixed = parse_fix_items(["gpu_memory_utilization=0.9", f"speculative={spec.to_json()}",
                              "max_num_seqs=default"])
-    labels = {k: value_label(v) for k, v in fixed.items()}
+    labels = {k: storage_label(v) for k, v in fixed.items()}
     assert fixed_values(labels) == fixed
 
 

@@ -8,7 +8,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -19,6 +19,9 @@ from sweetspot.spec.hardware import GiB, load_hardware
 from sweetspot.spec.presets import PRESETS
 from sweetspot.spec.quant import load_quantization
 from sweetspot.spec.version import DEFAULT_VLLM_VERSION, parse_vllm_version
+
+if TYPE_CHECKING:
+    from sweetspot.tune.result import StudyResult
 
 app = typer.Typer(
     name="sweetspot",
@@ -103,23 +106,6 @@ def _bunched_words(data: dict) -> str:
 
     return (f"{data['bunched_itl_share']:.0%} of the gaps between a stream's chunks were under "
             f"{BURST_GAP_S * 1e3:g} ms (chunks that waited, then were read at once)")
-
-
-def _env_items(items: list[str] | None) -> dict[str, str]:
-    """--env KEY=VALUE, or KEY alone for this process's own value (a token kept out of the
-    shell's history: it is used, never written)."""
-    env: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not key or any(c in key for c in " \t\n"):
-            raise SweetspotError(f"bad --env {key!r}: expected KEY=VALUE or KEY")
-        if not sep:
-            if key not in os.environ:
-                raise SweetspotError(f"--env {key}: not set in this environment (or pass "
-                                     f"{key}=VALUE)")
-            value = os.environ[key]
-        env[key] = value
-    return env
 
 
 def _server_line(backend, args) -> str:
@@ -231,12 +217,23 @@ def _check_name(name: str, flag: str) -> str:
     return name
 
 
-def _write_report(data: dict, out: Path) -> None:
-    from sweetspot.report import build_report
-    from sweetspot.tune.result import StudyResult
+def _write_json(path: Path, data: dict) -> None:
+    """--json: the result, indented."""
+    import json
+
+    from sweetspot._files import write_text
 
     try:
-        files = build_report(StudyResult.from_dict(data), out)
+        write_text(path, json.dumps(data, indent=2))
+    except OSError as exc:
+        raise SweetspotError(f"cannot write {path}: {exc}") from None
+
+
+def _write_report(data: StudyResult, out: Path) -> None:
+    from sweetspot.report import build_report
+
+    try:
+        files = build_report(data, out)
     except OSError as exc:
         raise SweetspotError(f"cannot write the report to {out}: {exc}") from None
     _out.print(f"report: {files.html} ({len(files.pngs)} figures, trial table "

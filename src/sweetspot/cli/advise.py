@@ -52,16 +52,11 @@ def advise(
     size that fits); 2: unusable input.
     """
     from sweetspot.spec.loaders import load_workload
-    from sweetspot.spec.workload import ArrivalSpec
     from sweetspot.tune.advise import advise as make_advice
 
     version = parse_vllm_version(vllm_version)
     hardware = load_hardware(gpu)
-    wl = load_workload(workload)
-    if rate is not None:
-        if not math.isfinite(rate) or rate <= 0:
-            raise SweetspotError(f"--rate must be a positive number of requests/s, not {rate:g}")
-        wl = dataclasses.replace(wl, arrival=ArrivalSpec(process="poisson", rate=rate))
+    wl = _at_rate(load_workload(workload), rate)
     q = load_quantization(quant) if quant else None
     advice = make_advice(model, hardware, wl, version, q, tensor_parallel_size)
     if advice.unfit is not None:
@@ -75,7 +70,25 @@ def advise(
             raise SweetspotError(f"cannot write YAML configs to {yaml_dir}: {exc}") from None
     if as_json:
         _out.print_json(json.dumps(_advice_dict(advice)))
-        return 0
+    else:
+        _print_advice(advice, hardware, version, wl)
+    return 0
+
+
+def _at_rate(wl, rate: float | None):
+    """--rate: the workload's arrivals, Poisson at that rate."""
+    from sweetspot.spec.workload import ArrivalSpec
+
+    if rate is None:
+        return wl
+    if not math.isfinite(rate) or rate <= 0:
+        raise SweetspotError(f"--rate must be a positive number of requests/s, not {rate:g}")
+    return dataclasses.replace(wl, arrival=ArrivalSpec(process="poisson", rate=rate))
+
+
+def _print_advice(advice, hardware, version, wl) -> None:
+    """What the picks are sized for, one table of them, then each one's command and reasons,
+    and where the field guide does not hold."""
     s = advice.stats
     _out.print(f"sweetspot advise: {advice.model_ref} ({advice.quant.name}) on "
                f"{hardware.display_name}, vLLM {version}, workload {wl.name!r}")
@@ -101,7 +114,6 @@ def advise(
     _out.print("\n[bold]where the field guide does not hold[/bold]")
     for note in advice.guide_notes:
         _out.print(f"  - {note}", markup=False)
-    return 0
 
 
 def _print_unfit(advice, as_json: bool) -> int:

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
-import sys
 from pathlib import Path
-from typing import Annotated
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from sweetspot._errors import SweetspotError
-from sweetspot._files import write_text
 from sweetspot.cli._common import (
     _BUNCHED,
     ApiKeyOpt,
@@ -22,194 +19,232 @@ from sweetspot.cli._common import (
     HeaderOpt,
     WorkloadOpt,
     _bunched_words,
-    _env_items,
     _err,
     _out,
-    _override_arrivals,
     _print_result,
-    _realtime_client,
     _server_line,
+    _write_json,
     app,
 )
 from sweetspot.spec.hardware import GiB
-from sweetspot.spec.version import parse_vllm_version
 
+if TYPE_CHECKING:  # pydantic loads when the command runs, not when --help does
+    from sweetspot.cli._bench_settings import BenchSettings
 
-def _parse_floats(text: str, what: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(p) for p in text.split(",") if p.strip())
-    except ValueError:
-        raise SweetspotError(f"bad {what} {text!r}: expected numbers separated by commas"
-                             ) from None
-
-
-def _warn_bunched(data: dict) -> None:
-    from sweetspot.metrics.run import bunched_streams
-
-    if bunched_streams(data):
-        _err.print(f"warning: the streams arrived in bursts: {_bunched_words(data)}: {_BUNCHED}",
-                   markup=False)
+UrlOpt = Annotated[str | None, typer.Option(help="Base URL of a running OpenAI-compatible "
+                                                 "server.")]
+LaunchOpt = Annotated[bool, typer.Option("--launch", help="Start a vLLM server for this run "
+                                         "(one trial): bench options, then -- MODEL and "
+                                         "vllm serve options.")]
+VllmPythonOpt = Annotated[str | None, typer.Option(
+    help="An interpreter that imports vLLM (--launch; default $SWEETSPOT_VLLM_PYTHON, "
+         "else this one).")]
+LaunchTemplateOpt = Annotated[str | None, typer.Option(
+    help="Command that starts vLLM elsewhere, e.g. a container; {args} = the server "
+         "options (--launch; needs --vllm-version).")]
+VllmVersionOpt = Annotated[str | None, typer.Option(
+    "--vllm-version", help="Release behind --launch-template.")]
+ServerEnvOpt = Annotated[list[str] | None, typer.Option(
+    "--env", help="KEY=VALUE for the server's environment (repeatable), e.g. "
+                  "VLLM_CPU_KVCACHE_SPACE=4.")]
+KeepServerOpt = Annotated[bool, typer.Option("--keep-server", help="Leave the launched server "
+                                             "running afterwards.")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="With --launch: print the server "
+                                         "command and start nothing.")]
+StartupTimeoutOpt = Annotated[float, typer.Option(min=1, help="Seconds the launched server "
+                                                         "may take to start.")]
+RunTimeoutOpt = Annotated[float | None, typer.Option(min=1, help="Seconds the workload may "
+                                                            "run on a launched server.")]
+TrialsDirOpt = Annotated[Path, typer.Option(help="Where launched servers' logs go.")]
+ModelOpt = Annotated[str | None, typer.Option(help="Served model name (default: the "
+                                                   "server's first).")]
+NumRequestsOpt = Annotated[int | None, typer.Option(min=1)]
+RateOpt = Annotated[str | None, typer.Option(help="Requests per second, or inf.")]
+ConcurrencyOpt = Annotated[int | None, typer.Option(min=1, help="Most requests in flight; "
+                                                        "alone it means a closed loop.")]
+BurstinessOpt = Annotated[float, typer.Option(min=0.01)]
+SloOpt = Annotated[str | None, typer.Option(help="e.g. p99_ttft=300ms,median_tpot=50ms; a bare "
+                                                "ttft=300ms (or vLLM's ttft:300) means P99 "
+                                                "and also counts per request for goodput.")]
+PercentilesOpt = Annotated[str, typer.Option(help="Percentiles to report, e.g. 50,99.9.")]
+EndpointOpt = Annotated[str, typer.Option(help="completions or chat")]
+VocabSizeOpt = Annotated[int | None, typer.Option(
+    help="Prompt token ids are drawn below this (default: the launched model's "
+         "vocabulary, else 32000).")]
+SeedOpt = Annotated[int | None, typer.Option()]
+WarmupOpt = Annotated[int, typer.Option(min=0, help="Warm-up requests, not recorded.")]
+ProcessesOpt = Annotated[int, typer.Option(min=0, help="Client processes; 0 = by rate.")]
+TimeoutOpt = Annotated[float, typer.Option(min=0.1, help="Per-request timeout, s.")]
+MetricsIntervalOpt = Annotated[float, typer.Option(min=0, help="Seconds between /metrics "
+                                                          "samples in the run; 0: none.")]
+JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the result here "
+                                                              "(vLLM's keys).")]
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def bench(
     ctx: typer.Context,
-    url: Annotated[str | None, typer.Option(help="Base URL of a running OpenAI-compatible "
-                                                 "server.")] = None,
-    launch: Annotated[bool, typer.Option("--launch", help="Start a vLLM server for this run "
-                                         "(one trial): bench options, then -- MODEL and "
-                                         "vllm serve options.")] = False,
-    vllm_python: Annotated[str | None, typer.Option(
-        help="An interpreter that imports vLLM (--launch; default $SWEETSPOT_VLLM_PYTHON, "
-             "else this one).")] = None,
-    launch_template: Annotated[str | None, typer.Option(
-        help="Command that starts vLLM elsewhere, e.g. a container; {args} = the server "
-             "options (--launch; needs --vllm-version).")] = None,
-    vllm_version: Annotated[str | None, typer.Option(
-        "--vllm-version", help="Release behind --launch-template.")] = None,
-    server_env: Annotated[list[str] | None, typer.Option(
-        "--env", help="KEY=VALUE for the server's environment (repeatable), e.g. "
-                      "VLLM_CPU_KVCACHE_SPACE=4.")] = None,
-    keep_server: Annotated[bool, typer.Option("--keep-server", help="Leave the launched server "
-                                              "running afterwards.")] = False,
+    url: UrlOpt = None,
+    launch: LaunchOpt = False,
+    vllm_python: VllmPythonOpt = None,
+    launch_template: LaunchTemplateOpt = None,
+    vllm_version: VllmVersionOpt = None,
+    server_env: ServerEnvOpt = None,
+    keep_server: KeepServerOpt = False,
     dummy_weights: DummyWeightsOpt = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --launch: print the server "
-                                          "command and start nothing.")] = False,
-    startup_timeout: Annotated[float, typer.Option(min=1, help="Seconds the launched server "
-                                                          "may take to start.")] = 600.0,
-    run_timeout: Annotated[float | None, typer.Option(min=1, help="Seconds the workload may "
-                                                             "run on a launched server.")] = None,
-    trials_dir: Annotated[Path, typer.Option(help="Where launched servers' logs go.")] = Path(
-        ".sweetspot/trials"),
-    model: Annotated[str | None, typer.Option(help="Served model name (default: the "
-                                                   "server's first).")] = None,
+    dry_run: DryRunOpt = False,
+    startup_timeout: StartupTimeoutOpt = 600.0,
+    run_timeout: RunTimeoutOpt = None,
+    trials_dir: TrialsDirOpt = Path(".sweetspot/trials"),
+    model: ModelOpt = None,
     workload: WorkloadOpt = "chat",
-    num_requests: Annotated[int | None, typer.Option(min=1)] = None,
-    rate: Annotated[str | None, typer.Option(help="Requests per second, or inf.")] = None,
-    concurrency: Annotated[int | None, typer.Option(min=1, help="Most requests in flight; "
-                                                         "alone it means a closed loop.")] = None,
-    burstiness: Annotated[float, typer.Option(min=0.01)] = 1.0,
-    slo: Annotated[str | None, typer.Option(help="e.g. p99_ttft=300ms,median_tpot=50ms; a bare "
-                                                 "ttft=300ms (or vLLM's ttft:300) means P99 "
-                                                 "and also counts per request for goodput.")
-                   ] = None,
-    percentiles: Annotated[str, typer.Option(help="Percentiles to report, e.g. 50,99.9.")
-                           ] = "50,90,95,99",
-    endpoint: Annotated[str, typer.Option(help="completions or chat")] = "completions",
-    vocab_size: Annotated[int | None, typer.Option(
-        help="Prompt token ids are drawn below this (default: the launched model's "
-             "vocabulary, else 32000).")] = None,
-    seed: Annotated[int | None, typer.Option()] = None,
-    warmup: Annotated[int, typer.Option(min=0, help="Warm-up requests, not recorded.")] = 1,
-    processes: Annotated[int, typer.Option(min=0, help="Client processes; 0 = by rate.")] = 0,
-    timeout: Annotated[float, typer.Option(min=0.1, help="Per-request timeout, s.")] = 600.0,
-    metrics_interval: Annotated[float, typer.Option(min=0, help="Seconds between /metrics "
-                                                           "samples in the run; 0: none.")] = 1.0,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the result here "
-                                                                   "(vLLM's keys).")] = None,
+    num_requests: NumRequestsOpt = None,
+    rate: RateOpt = None,
+    concurrency: ConcurrencyOpt = None,
+    burstiness: BurstinessOpt = 1.0,
+    slo: SloOpt = None,
+    percentiles: PercentilesOpt = "50,90,95,99",
+    endpoint: EndpointOpt = "completions",
+    vocab_size: VocabSizeOpt = None,
+    seed: SeedOpt = None,
+    warmup: WarmupOpt = 1,
+    processes: ProcessesOpt = 0,
+    timeout: TimeoutOpt = 600.0,
+    metrics_interval: MetricsIntervalOpt = 1.0,
+    json_path: JsonOpt = None,
     client_priority: ClientPriorityOpt = "normal",
     api_key: ApiKeyOpt = None,
     header: HeaderOpt = None,
 ) -> int:
     """Measure a running server with a workload, the way `vllm bench serve` measures; or,
     with --launch, start vLLM for the run (one trial) and report what the server said too."""
-    import asyncio
+    options = SimpleNamespace(**locals())  # every option by name, and ctx
+    from sweetspot.cli._bench_settings import bench_settings
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    return _run_bench(bench_settings(options))
 
-    from sweetspot.backends.base import every_request_failed
-    from sweetspot.backends.endpoint import run_endpoint
-    from sweetspot.backends.loadgen import LoadConfig, check_server, request_headers
-    from sweetspot.metrics.run import measure
-    from sweetspot.metrics.slo import check_slos, parse_slos
-    from sweetspot.spec.loaders import load_workload
+
+def _run_bench(settings: BenchSettings) -> int:
+    """Send the workload to the launched or running server, measure it, write --json, print."""
     from sweetspot.spec.requests import sample_requests
-    from sweetspot.spec.workload import workload_to_dict
 
-    if endpoint not in ("completions", "chat"):
-        raise SweetspotError(f"--endpoint must be completions or chat, not {endpoint!r}")
-    if launch == (url is not None):
-        raise SweetspotError("give either --url (a running server) or --launch (start one)")
-    if ctx.args and not launch:
-        raise SweetspotError(f"unexpected arguments: {' '.join(ctx.args)} (server options "
-                             "go after --launch ... --)")
-    if (dummy_weights or dry_run) and not launch:
-        raise SweetspotError(f"{'--dummy-weights' if dummy_weights else '--dry-run'} goes "
-                             "with --launch (a server that sweetspot starts)")
-    slos = parse_slos(slo)  # checked before anything starts: a typo costs milliseconds
-    pcts = _percentiles(percentiles, slos.percentiles)
-    wl = _override_arrivals(load_workload(workload), rate, concurrency, burstiness)
-    config = LoadConfig(base_url=url or "", model=model or "", endpoint=endpoint,
-                        max_concurrency=concurrency, timeout_s=timeout,
-                        warmup_requests=warmup, processes=processes,
-                        realtime=_realtime_client(client_priority),
-                        headers=request_headers(api_key, header or []))
-    trial = None
-    if launch:
-        backend, serve_args = _launch_backend(ctx.args, vllm_python, launch_template,
-                                              vllm_version, server_env, startup_timeout,
-                                              run_timeout, trials_dir, warmup, dummy_weights)
-        if dry_run:
-            _out.print(f"server command ({backend.weights(serve_args)} weights; --dry-run: "
-                       "not started, the port is picked at launch):", markup=False)
-            _out.print(_server_line(backend, serve_args), markup=False)
-            return 0
-        model = backend.model_dir
-        vocab_size = vocab_size or _model_vocab(Path(backend.model_dir)) or 32_000
-        requests = sample_requests(wl, num_requests, seed=seed, vocab_size=vocab_size)
-        with Progress("[progress.description]{task.description}", BarColumn(),
-                      MofNCompleteColumn(), TimeElapsedColumn(), console=_err,
-                      transient=True) as progress:
-            task = progress.add_task("starting vLLM", total=len(requests))
-
-            def ready(handle) -> None:
-                _err.print(f"server ready at {handle.base_url} (process group {handle.pid}, "
-                           f"started in {handle.startup_s:.1f} s)", markup=False)
-                progress.update(task, description=f"{Path(model).name} @ {handle.base_url}")
-
-            trial = backend.run_args(serve_args, requests, config, keep_server=keep_server,
-                                     on_ready=ready, on_done=lambda: progress.advance(task),
-                                     scrape_interval_s=metrics_interval)
-        url = trial.base_url
-        run = trial.run
-    else:
-        vocab_size = vocab_size or 32_000
-        served = asyncio.run(check_server(url, headers=config.headers))
-        model = model or (served[0] if served else None)
-        if not model:
-            raise SweetspotError(f"{url} serves no model; pass --model")
-        config = dataclasses.replace(config, model=model)
-        requests = sample_requests(wl, num_requests, seed=seed, vocab_size=vocab_size)
-        with Progress("[progress.description]{task.description}", BarColumn(),
-                      MofNCompleteColumn(), TimeElapsedColumn(), console=_err,
-                      transient=True) as progress:
-            task = progress.add_task(f"{model} @ {url}", total=len(requests))
-            run = run_endpoint(requests, config, on_done=lambda: progress.advance(task),
-                               scrape_interval_s=metrics_interval)
-    data: dict = {}
-    measurement = None
-    if run is not None:
-        measurement = measure(run, percentiles=pcts, slos=slos.goodput_ms or None)
-        data = measurement.to_dict()
-        checks = check_slos(slos, data)
-        if checks:
-            data["slos"] = {c.slo.key: {"limit_ms": c.slo.limit_ms, "measured_ms": c.measured_ms,
-                                        "met": c.met, "per_request": c.slo.per_request}
-                            for c in checks}
+    launch = settings.launch
+    backend = _vllm_backend(settings) if launch is not None else None
+    if launch is not None and launch.dry_run:
+        _out.print(f"server command ({backend.weights(launch.serve_args)} weights; --dry-run: "
+                   "not started, the port is picked at launch):", markup=False)
+        _out.print(_server_line(backend, launch.serve_args), markup=False)
+        return 0
+    load, model, vocab_size = _client(settings, backend)
+    requests = sample_requests(settings.workload, settings.num_requests, seed=settings.seed,
+                               vocab_size=vocab_size)
+    trial, run = _run_requests(settings, backend, requests, load, model)
+    measurement, data = _measured(settings, run)
     if trial is not None:
         data["trial"] = trial.to_dict()
-    data["sweetspot"] = {"url": url, "model": model, "workload": wl.name,
-                         "num_requests": len(requests), "arrival": wl.arrival.process,
-                         "rate": wl.arrival.rate, "max_concurrency": concurrency,
-                         "client_processes": run.processes if run is not None else None,
-                         # what `sweetspot calibrate` needs to draw the same requests again
-                         "workload_spec": workload_to_dict(wl),
-                         "seed": wl.seed if seed is None else seed, "vocab_size": vocab_size}
-    if json_path is not None:
-        try:
-            write_text(json_path, json.dumps(data, indent=2))
-        except OSError as exc:
-            raise SweetspotError(f"cannot write {json_path}: {exc}") from None
+    url = trial.base_url if trial is not None else settings.url
+    data["sweetspot"] = _described(settings, url, model, requests, run, vocab_size)
+    if settings.json_path is not None:
+        _write_json(settings.json_path, data)
+    return _print_bench(measurement, data, trial, run)
+
+
+def _vllm_backend(settings: BenchSettings):
+    from sweetspot.backends.vllm import VllmBackend
+
+    launch = settings.launch
+    return VllmBackend(
+        launch.model_dir, trials_dir=launch.trials_dir, python=launch.server.python,
+        template=launch.server.template, vllm_version=launch.vllm_version,
+        env=launch.server.env, startup_timeout_s=launch.startup_timeout_s,
+        run_timeout_s=launch.run_timeout_s, warmup_requests=settings.load.warmup_requests,
+        dummy_weights=launch.dummy_weights)
+
+
+def _client(settings: BenchSettings, backend):
+    """The client's settings, the model named and the vocabulary prompts are drawn from: a
+    launched server's model folder, or what the running one serves (asked before the run)."""
+    import asyncio
+    import dataclasses
+
+    from sweetspot.backends.loadgen import check_server
+
+    if backend is not None:
+        vocab_size = settings.vocab_size or _model_vocab(Path(backend.model_dir)) or 32_000
+        return settings.load, backend.model_dir, vocab_size
+    served = asyncio.run(check_server(settings.url, headers=settings.load.headers))
+    model = settings.load.model or (served[0] if served else None)
+    if not model:
+        raise SweetspotError(f"{settings.url} serves no model; pass --model")
+    return dataclasses.replace(settings.load, model=model), model, settings.vocab_size or 32_000
+
+
+def _run_requests(settings: BenchSettings, backend, requests, load, model):
+    """The requests run, on the server launched for them (one trial) or on the one at --url,
+    with a progress bar on stderr: (the trial or None, the run)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from sweetspot.backends.endpoint import run_endpoint
+
+    with Progress("[progress.description]{task.description}", BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=_err,
+                  transient=True) as progress:
+        if backend is None:
+            task = progress.add_task(f"{model} @ {settings.url}", total=len(requests))
+            return None, run_endpoint(requests, load, on_done=lambda: progress.advance(task),
+                                      scrape_interval_s=settings.metrics_interval_s)
+        task = progress.add_task("starting vLLM", total=len(requests))
+
+        def ready(handle) -> None:
+            _err.print(f"server ready at {handle.base_url} (process group {handle.pid}, "
+                       f"started in {handle.startup_s:.1f} s)", markup=False)
+            progress.update(task, description=f"{Path(model).name} @ {handle.base_url}")
+
+        trial = backend.run_args(settings.launch.serve_args, requests, load,
+                                 keep_server=settings.launch.keep_server, on_ready=ready,
+                                 on_done=lambda: progress.advance(task),
+                                 scrape_interval_s=settings.metrics_interval_s)
+    return trial, trial.run
+
+
+def _measured(settings: BenchSettings, run) -> tuple:
+    """The run's measurement (None when no run) and its result dict, with the SLO checks."""
+    from sweetspot.metrics.run import measure
+    from sweetspot.metrics.slo import check_slos
+
+    if run is None:
+        return None, {}
+    measurement = measure(run, percentiles=settings.percentiles,
+                          slos=settings.slos.goodput_ms or None)
+    data = measurement.to_dict()
+    checks = check_slos(settings.slos, data)
+    if checks:
+        data["slos"] = {c.slo.key: {"limit_ms": c.slo.limit_ms, "measured_ms": c.measured_ms,
+                                    "met": c.met, "per_request": c.slo.per_request}
+                        for c in checks}
+    return measurement, data
+
+
+def _described(settings: BenchSettings, url, model, requests, run, vocab_size) -> dict:
+    """What ran, beside vLLM's keys: what `sweetspot calibrate` needs to draw the same
+    requests again."""
+    from sweetspot.spec.workload import workload_to_dict
+
+    wl = settings.workload
+    return {"url": url, "model": model, "workload": wl.name, "num_requests": len(requests),
+            "arrival": wl.arrival.process, "rate": wl.arrival.rate,
+            "max_concurrency": settings.load.max_concurrency,
+            "client_processes": run.processes if run is not None else None,
+            "workload_spec": workload_to_dict(wl),
+            "seed": wl.seed if settings.seed is None else settings.seed,
+            "vocab_size": vocab_size}
+
+
+def _print_bench(measurement, data: dict, trial, run) -> int:
+    """The result, the SLO verdicts and the launched server's facts; the exit code: 0 when
+    requests completed (and a launched server's trial is ok), else 1."""
+    from sweetspot.backends.base import every_request_failed
+
     if measurement is not None:
         _print_result(measurement)
         _print_slo_checks(data.get("slos") or {})
@@ -223,13 +258,12 @@ def bench(
     return 0 if measurement is not None and measurement.result.completed else 1
 
 
-def _percentiles(text: str, needed: tuple[float, ...] = ()) -> tuple[float, ...]:
-    """--percentiles, checked before the run, then any an SLO needs measured."""
-    pcts = _parse_floats(text, "percentiles")
-    if bad := [p for p in pcts if not 0 <= p <= 100]:
-        raise SweetspotError(f"bad percentiles {text!r}: each must be from 0 to 100, not "
-                             f"{bad[0]:g}")
-    return tuple(sorted(dict.fromkeys((*pcts, *needed))))
+def _warn_bunched(data: dict) -> None:
+    from sweetspot.metrics.run import bunched_streams
+
+    if bunched_streams(data):
+        _err.print(f"warning: the streams arrived in bursts: {_bunched_words(data)}: {_BUNCHED}",
+                   markup=False)
 
 
 def _print_slo_checks(checks: dict) -> None:
@@ -239,28 +273,6 @@ def _print_slo_checks(checks: dict) -> None:
         goodput = ", and per request for goodput" if c["per_request"] else ""
         _out.print(f"SLO {key.removesuffix('_ms')} <= {c['limit_ms']:g} ms{goodput}: "
                    f"{verdict} ({measured})", markup=False)
-
-
-def _launch_backend(extra: list[str], vllm_python: str | None, template: str | None,
-                    version: str | None, env_items: list[str] | None, startup_timeout: float,
-                    run_timeout: float | None, trials_dir: Path, warmup: int,
-                    dummy_weights: bool = False):
-    from sweetspot.backends.vllm import VllmBackend, split_serve_command
-
-    model_dir, serve_args = split_serve_command(extra)
-    if model_dir is None:
-        raise SweetspotError("--launch needs the model: sweetspot bench --launch [options] -- "
-                             "MODEL [vllm serve options]")
-    env = _env_items(env_items)
-    python = vllm_python or os.environ.get("SWEETSPOT_VLLM_PYTHON") or sys.executable
-    if template is None and not (Path(python).exists() or "/" not in python):
-        raise SweetspotError(f"--vllm-python {python}: no such interpreter")
-    backend = VllmBackend(
-        model_dir, trials_dir=trials_dir, python=python, template=template,
-        vllm_version=parse_vllm_version(version) if version else None, env=env,
-        startup_timeout_s=startup_timeout, run_timeout_s=run_timeout, warmup_requests=warmup,
-        dummy_weights=dummy_weights)
-    return backend, serve_args
 
 
 def _model_vocab(folder: Path) -> int | None:

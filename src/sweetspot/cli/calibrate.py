@@ -24,57 +24,58 @@ from sweetspot.cli._common import (
 )
 from sweetspot.spec.version import DEFAULT_VLLM_VERSION
 
+ResultsArg = Annotated[list[Path] | None, typer.Argument(
+    help="Result JSONs of `sweetspot bench --json` against the server.")]
+ModelOpt = Annotated[str | None, typer.Option(
+    help="Catalog name, HF id or folder with config.json (default: the study's, else "
+         "qwen2.5-14b).")]
+GpuOpt = Annotated[str | None, typer.Option(help="GPU from the catalog (default: the study's, "
+                                                 "else a100-80gb).")]
+SettingsOpt = Annotated[list[str] | None, typer.Option(
+    "--set", help="knob=value, e.g. max_num_seqs=128 (repeatable); with --study, on top "
+                  "of each trial's own configuration.")]
+VersionOpt = Annotated[str | None, typer.Option(
+    "--vllm-version", help=f"Target vLLM release (default: the study's, else "
+                           f"{DEFAULT_VLLM_VERSION}).")]
+UrlOpt = Annotated[str | None, typer.Option(help="Benchmark this live server with a short "
+                                                 "built-in profile instead.")]
+StudyOpt = Annotated[str | None, typer.Option(help="Fit on this study's own real trials "
+                                                   "instead, each run with its trial's "
+                                                   "configuration.")]
+StorageOpt = Annotated[str | None, typer.Option(help="The study's storage URL (default "
+                                                     "sqlite:///.sweetspot/studies.db).")]
+ProfileRequestsOpt = Annotated[int, typer.Option(min=8, help="Requests per profile run.")]
+ProfileRoundsOpt = Annotated[int, typer.Option(min=1, help="Times the profile runs (--url); "
+                                               "more average a host whose speed drifts.")]
+WorkloadOpt = Annotated[str | None, typer.Option(help="Lengths for the profile runs (preset "
+                                                      "or file); default: a built-in mix.")]
+VocabSizeOpt = Annotated[int, typer.Option(help="Prompt token ids are drawn below this "
+                                                "(profile).")]
+OutOpt = Annotated[Path, typer.Option(help="Calibration file to write.")]
+
 
 @app.command()
 def calibrate(
-    results: Annotated[list[Path] | None, typer.Argument(
-        help="Result JSONs of `sweetspot bench --json` against the server.")] = None,
-    model: Annotated[str | None, typer.Option(
-        help="Catalog name, HF id or folder with config.json (default: the study's, else "
-             "qwen2.5-14b).")] = None,
-    gpu: Annotated[str | None, typer.Option(help="GPU from the catalog (default: the study's, "
-                                                 "else a100-80gb).")] = None,
+    results: ResultsArg = None,
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
     quant: QuantOpt = None,
-    settings: Annotated[list[str] | None, typer.Option(
-        "--set", help="knob=value, e.g. max_num_seqs=128 (repeatable); with --study, on top "
-                      "of each trial's own configuration.")] = None,
-    vllm_version: Annotated[str | None, typer.Option(
-        "--vllm-version", help=f"Target vLLM release (default: the study's, else "
-                               f"{DEFAULT_VLLM_VERSION}).")] = None,
+    settings: SettingsOpt = None,
+    vllm_version: VersionOpt = None,
     cpu_kvcache_space: CpuKvOpt = None,
-    url: Annotated[str | None, typer.Option(help="Benchmark this live server with a short "
-                                                 "built-in profile instead.")] = None,
-    study: Annotated[str | None, typer.Option(help="Fit on this study's own real trials "
-                                                   "instead, each run with its trial's "
-                                                   "configuration.")] = None,
-    storage: Annotated[str | None, typer.Option(help="The study's storage URL (default "
-                                                     "sqlite:///.sweetspot/studies.db).")
-                       ] = None,
-    profile_requests: Annotated[int, typer.Option(min=8, help="Requests per profile run.")
-                                ] = 96,
-    profile_rounds: Annotated[int, typer.Option(min=1, help="Times the profile runs (--url); "
-                                                "more average a host whose speed drifts.")
-                              ] = 1,
-    workload: Annotated[str | None, typer.Option(help="Lengths for the profile runs (preset "
-                                                      "or file); default: a built-in mix.")
-                        ] = None,
-    vocab_size: Annotated[int, typer.Option(help="Prompt token ids are drawn below this "
-                                                 "(profile).")] = 32_000,
-    out: Annotated[Path, typer.Option(help="Calibration file to write.")] = Path(
-        "calibration.json"),
+    url: UrlOpt = None,
+    study: StudyOpt = None,
+    storage: StorageOpt = None,
+    profile_requests: ProfileRequestsOpt = 96,
+    profile_rounds: ProfileRoundsOpt = 1,
+    workload: WorkloadOpt = None,
+    vocab_size: VocabSizeOpt = 32_000,
+    out: OutOpt = Path("calibration.json"),
     client_priority: ClientPriorityOpt = "normal",
 ) -> int:
     """Fit the simulator's step-time model to measured runs of one hardware + model, so
     `sweetspot simulate --calibration FILE` predicts that server."""
-    from sweetspot.backends.sim import simulate as run_sim
-    from sweetspot.backends.sim.calibration import (
-        Calibration,
-        observation_from_bench,
-        save_calibration,
-    )
-    from sweetspot.backends.sim.cost import RooflineModel
-    from sweetspot.backends.sim.fit import fit_step_model
-    from sweetspot.metrics.run import bunched_streams
+    from sweetspot.backends.sim.calibration import Calibration, save_calibration
 
     if study is not None and (results or url is not None):
         raise SweetspotError("--study fits on the study's own runs: give it without result "
@@ -86,40 +87,9 @@ def calibrate(
     else:
         setup = _sim_setup(model or "qwen2.5-14b", gpu or "a100-80gb", quant, settings,
                            vllm_version or str(DEFAULT_VLLM_VERSION), cpu_kvcache_space)
-        loaded: list[tuple[str, dict]] = []
-        for path in results or []:
-            try:
-                loaded.append((str(path), json.loads(path.read_text())))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise SweetspotError(f"cannot read {path}: {exc}") from None
-        if url is not None:
-            loaded += _profile_with_progress(url, profile_requests, vocab_size, workload,
-                                             realtime, profile_rounds)
-        if not loaded:
-            raise SweetspotError("give result JSONs of `sweetspot bench --json`, --url or "
-                                 "--study")
-        pairs = [(data, observation_from_bench(data, label)) for label, data in loaded]
-    for data, obs in pairs:
-        if bunched_streams(data):
-            kept = "its duration only" if obs.measured.get("duration") else "none of it"
-            _err.print(f"note: {Path(obs.label).name}: its streams arrived in bursts "
-                       f"({_bunched_words(data)}; a client or server short of CPU): fitting "
-                       f"{kept}", markup=False)
-    observations = [obs for _, obs in pairs if obs.measured]
-    start = RooflineModel(setup.hardware, setup.arch, setup.quant)
-
-    def simulate_run(obs, step_model):
-        # A study's runs each had their trial's server; other runs share the one of --set.
-        run_setup = setup if obs.config is None else dataclasses.replace(setup,
-                                                                         config=obs.config)
-        run = run_sim(run_setup, obs.requests, max_concurrency=obs.max_concurrency,
-                      model=step_model, trace=True)
-        if run.status != "ok":
-            raise SweetspotError(f"{obs.label}: the simulator cannot start that server "
-                                 f"configuration: {run.cause}")
-        return run
-
-    report = fit_step_model(observations, simulate_run, start)
+        pairs = _run_observations(results or [], url, profile_requests, vocab_size, workload,
+                                  realtime, profile_rounds)
+    report = _fit(setup, pairs)
     fitted = tuple({"run": run, "metric": metric, "measured": measured,
                     "predicted": predicted} for run, metric, measured, predicted in report.rows)
     save_calibration(out, Calibration.of(setup.hardware, setup.arch, setup.version,
@@ -133,6 +103,58 @@ def calibrate(
                       f"{row['predicted'] / row['measured'] - 1:+.1%}")
     _out.print(table)
     return 0
+
+
+def _run_observations(results: list[Path], url: str | None, profile_requests: int,
+                      vocab_size: int, workload: str | None, realtime: bool, rounds: int):
+    """(result, observation) of each result JSON given, then of each profile run against
+    --url."""
+    from sweetspot.backends.sim.calibration import observation_from_bench
+
+    loaded: list[tuple[str, dict]] = []
+    for path in results:
+        try:
+            loaded.append((str(path), json.loads(path.read_text())))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SweetspotError(f"cannot read {path}: {exc}") from None
+    if url is not None:
+        loaded += _profile_with_progress(url, profile_requests, vocab_size, workload, realtime,
+                                         rounds)
+    if not loaded:
+        raise SweetspotError("give result JSONs of `sweetspot bench --json`, --url or --study")
+    return [(data, observation_from_bench(data, label)) for label, data in loaded]
+
+
+def _fit(setup, pairs):
+    """Fit the step model on the observations: each run simulated with the model in turn, its
+    own server configuration (a study's trial's) or the one of --set. A run whose streams
+    arrived in bursts keeps its duration at most (the client, not the server, set its
+    latencies)."""
+    from sweetspot.backends.sim import simulate as run_sim
+    from sweetspot.backends.sim.cost import RooflineModel
+    from sweetspot.backends.sim.fit import fit_step_model
+    from sweetspot.metrics.run import bunched_streams
+
+    for data, obs in pairs:
+        if bunched_streams(data):
+            kept = "its duration only" if obs.measured.get("duration") else "none of it"
+            _err.print(f"note: {Path(obs.label).name}: its streams arrived in bursts "
+                       f"({_bunched_words(data)}; a client or server short of CPU): fitting "
+                       f"{kept}", markup=False)
+
+    def simulate_run(obs, step_model):
+        run_setup = setup if obs.config is None else dataclasses.replace(setup,
+                                                                         config=obs.config)
+        run = run_sim(run_setup, obs.requests, max_concurrency=obs.max_concurrency,
+                      model=step_model, trace=True)
+        if run.status != "ok":
+            raise SweetspotError(f"{obs.label}: the simulator cannot start that server "
+                                 f"configuration: {run.cause}")
+        return run
+
+    observations = [obs for _, obs in pairs if obs.measured]
+    start = RooflineModel(setup.hardware, setup.arch, setup.quant)
+    return fit_step_model(observations, simulate_run, start)
 
 
 def _profile_with_progress(url, num_requests, vocab_size, workload, realtime, rounds):
@@ -172,7 +194,7 @@ def _study_observations(name, storage, model, gpu, quant, settings, vllm_version
     from sweetspot.tune.study import study_data
 
     storage_url = storage or default_storage_url()
-    data = study_data(StudyStore.load(storage_url, name), storage_url)
+    data = study_data(StudyStore.load(storage_url, name), storage_url).to_dict()
     stored = data.get("settings") or {}
     vllm = stored.get("vllm") or {}
     kv = cpu_kvcache_space

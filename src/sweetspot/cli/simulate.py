@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from sweetspot._errors import SweetspotError
-from sweetspot._files import write_text
 from sweetspot.cli._common import (
     CpuKvOpt,
     ModelOpt,
@@ -21,6 +18,7 @@ from sweetspot.cli._common import (
     _override_arrivals,
     _print_result,
     _sim_setup,
+    _write_json,
     app,
 )
 from sweetspot.spec.version import DEFAULT_VLLM_VERSION
@@ -57,8 +55,6 @@ def simulate(
     """
     from sweetspot.backends.sim import simulate as run_sim
     from sweetspot.backends.sim.calibration import load_calibration
-    from sweetspot.metrics.run import Measurement
-    from sweetspot.metrics.serve import compute_result
     from sweetspot.spec.loaders import load_workload
     from sweetspot.spec.requests import sample_requests
 
@@ -71,43 +67,52 @@ def simulate(
     run = run_sim(setup, requests, max_concurrency=concurrency, model=step_model,
                   seed=seed or 0)
     data: dict = {"status": run.status, "cause": run.cause}
-    if run.status == "ok":
-        result = compute_result(run.records)
-        errors: dict[str, int] = {}
-        for record in run.records:
-            if record.error:
-                errors[record.error] = errors.get(record.error, 0) + 1
-        _print_result(Measurement(result, None, tuple(errors.items())))
-        _print_sim_facts(run)
-        data.update(result.to_dict())
-        facts = run.facts
-        data["simulator"] = {
-            "kv_cache_tokens": facts.kv_cache_tokens, "max_concurrency": facts.max_concurrency,
-            "peak_kv_usage": facts.peak_kv_usage, "preemptions": facts.preemptions,
-            "prefix_cache_hit_rate": facts.prefix_hit_rate,
-            "compute_bound_share": facts.compute_bound_share, "steps": facts.steps,
-            "mean_batch": facts.mean_batch, "spec_acceptance_rate": facts.spec_acceptance_rate,
-            "step_model": "calibrated" if step_model else "roofline"}
-    else:
-        _out.print(f"trial: {run.status} — {run.cause}", markup=False)
-        unfit = _sim_unfit(setup, run) if run.status == "oom" else None
-        if unfit is not None:
-            hint = (f" (simulate it with --set tensor_parallel_size={unfit.tensor_parallel_size})"
-                    if unfit.tensor_parallel_size else "")
-            _out.print(unfit.message + hint, markup=False)
-            data["fit"] = {"finding": unfit.message,
-                           "tensor_parallel_size": unfit.tensor_parallel_size}
+    data.update(_print_ran(run, step_model) if run.status == "ok" else _print_refused(setup, run))
     data["sweetspot"] = {"model": setup.arch.name, "gpu": setup.hardware.name,
                          "quant": setup.quant.name, "vllm_version": str(setup.version),
                          "workload": wl.name, "num_requests": len(requests),
                          "config": {k: (v.to_dict() if hasattr(v, "to_dict") else v)
                                     for k, v in run.config.explicit().items()}}
     if json_path is not None:
-        try:
-            write_text(json_path, json.dumps(data, indent=2))
-        except OSError as exc:
-            raise SweetspotError(f"cannot write {json_path}: {exc}") from None
+        _write_json(json_path, data)
     return 0 if run.status == "ok" else 1
+
+
+def _print_ran(run, step_model) -> dict:
+    """A run that started: the bench table and the simulated server's facts, printed; the
+    result's keys and the simulator's own."""
+    from sweetspot.metrics.run import Measurement
+    from sweetspot.metrics.serve import compute_result
+
+    result = compute_result(run.records)
+    errors: dict[str, int] = {}
+    for record in run.records:
+        if record.error:
+            errors[record.error] = errors.get(record.error, 0) + 1
+    _print_result(Measurement(result, None, tuple(errors.items())))
+    _print_sim_facts(run)
+    facts = run.facts
+    return {**result.to_dict(), "simulator": {
+        "kv_cache_tokens": facts.kv_cache_tokens, "max_concurrency": facts.max_concurrency,
+        "peak_kv_usage": facts.peak_kv_usage, "preemptions": facts.preemptions,
+        "prefix_cache_hit_rate": facts.prefix_hit_rate,
+        "compute_bound_share": facts.compute_bound_share, "steps": facts.steps,
+        "mean_batch": facts.mean_batch, "spec_acceptance_rate": facts.spec_acceptance_rate,
+        "step_model": "calibrated" if step_model else "roofline"}}
+
+
+def _print_refused(setup, run) -> dict:
+    """A configuration vLLM would refuse: the failed trial, and for an oom the memory model's
+    finding (on how many GPUs it would start)."""
+    _out.print(f"trial: {run.status} — {run.cause}", markup=False)
+    unfit = _sim_unfit(setup, run) if run.status == "oom" else None
+    if unfit is None:
+        return {}
+    hint = (f" (simulate it with --set tensor_parallel_size={unfit.tensor_parallel_size})"
+            if unfit.tensor_parallel_size else "")
+    _out.print(unfit.message + hint, markup=False)
+    return {"fit": {"finding": unfit.message,
+                    "tensor_parallel_size": unfit.tensor_parallel_size}}
 
 
 def _sim_unfit(setup, run):

@@ -16,13 +16,13 @@ from typing import Any
 from sweetspot.report.study import (
     OFAT,
     canonical,
+    display_label,
     is_ok,
     memory_gib,
     metric,
     ofat_knobs,
     relative_change,
     trial_number,
-    value_label,
 )
 from sweetspot.tune.picks import pareto_numbers
 from sweetspot.tune.result import THROUGHPUT, StudyResult, TrialResult
@@ -253,7 +253,7 @@ def pareto_data(study: StudyResult) -> ParetoData | None:
 def _point(trial: TrialResult, knob: str, value: Any, is_baseline: bool) -> SweepPoint:
     return SweepPoint(
         value=value,
-        label=value_label(value, knob),
+        label=display_label(value, knob),
         trial=trial_number(trial),
         status=trial.status,
         is_baseline=is_baseline,

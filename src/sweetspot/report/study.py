@@ -67,8 +67,9 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def value_label(value: Any, knob: str | None = None) -> str:
-    """How a config value reads in tables and on axes.
+def display_label(value: Any, knob: str | None = None) -> str:
+    """How a config value reads in tables and on axes (``tune.space.storage_label`` is the text
+    a study stores for it).
 
     ``None`` means "left at vLLM's default", except for speculative decoding where it means off.
     A speculative dict reads as its method, draft length, then any other keys (a draft model by
@@ -92,7 +93,7 @@ def value_label(value: Any, knob: str | None = None) -> str:
             parts.append(f"{key}={shown}")
         return " ".join(parts) or "{}"
     if isinstance(value, list | tuple):
-        return ",".join(value_label(v) for v in value)
+        return ",".join(display_label(v) for v in value)
     return str(value)
 
 
@@ -135,7 +136,7 @@ def config_changes(base: Mapping[str, Any] | None, config: Mapping[str, Any]) ->
 def changes_text(base: Mapping[str, Any] | None, config: Mapping[str, Any]) -> str:
     """``"max_num_seqs 256→512, speculative off→ngram k=3"``; empty when nothing changed."""
     return ", ".join(
-        f"{k} {value_label(old, k)}→{value_label(new, k)}"
+        f"{k} {display_label(old, k)}→{display_label(new, k)}"
         for k, old, new in config_changes(base, config)
     )
 

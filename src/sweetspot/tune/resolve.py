@@ -22,7 +22,7 @@ from sweetspot.spec.quant import Quantization, load_quantization
 from sweetspot.spec.version import parse_vllm_version
 from sweetspot.spec.workload import validate_workload
 from sweetspot.tune.settings import StudySettings
-from sweetspot.tune.space import SearchSpace, _values, default_space, value_label
+from sweetspot.tune.space import SearchSpace, _values, default_space, storage_label
 from sweetspot.tune.tuner import config_from_json
 
 __all__ = ["DRAFTS", "ResolvedStudy", "batch_estimator", "fixed_values",
@@ -69,7 +69,7 @@ def resolve_space_and_baseline(settings_space: dict[str, list[str]] | None, chan
         if value is None:
             value = getattr(resolved, dim.knob)
         explicit[dim.knob] = value
-        if value_label(value) not in dim.labels:
+        if storage_label(value) not in dim.labels:
             dim = dataclasses.replace(dim, values=(value, *dim.values))
         dims.append(dim)
     return SearchSpace(tuple(dims)), baseline.replace(**explicit)

@@ -33,13 +33,14 @@ from sweetspot.spec.knobs import KNOBS, ServingConfig, SpeculativeConfig, _parse
 from sweetspot.spec.model import ModelArch
 from sweetspot.spec.workload import WorkloadSpec, workload_stats
 
-__all__ = ["Dimension", "SearchSpace", "config_key", "default_space", "value_label"]
+__all__ = ["Dimension", "SearchSpace", "config_key", "default_space", "storage_label"]
 
 MODEL_LEN_MARGIN = 1.2
 
 
-def value_label(value: Any) -> str:
-    """A stable text for one value (Optuna's categorical choices, table cells, keys)."""
+def storage_label(value: Any) -> str:
+    """A stable text for one value, as a study stores it: Optuna's categorical choices, --fix
+    pins, configuration keys (``report.study.display_label`` is how a value reads in a table)."""
     if value is None:
         return "default"
     if isinstance(value, SpeculativeConfig):
@@ -53,7 +54,7 @@ def value_label(value: Any) -> str:
 
 def config_key(config: ServingConfig) -> str:
     """Identity of a configuration: its explicit settings, sorted."""
-    return json.dumps({k: value_label(v) for k, v in sorted(config.explicit().items())})
+    return json.dumps({k: storage_label(v) for k, v in sorted(config.explicit().items())})
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +64,7 @@ class Dimension:
 
     @property
     def labels(self) -> tuple[str, ...]:
-        return tuple(value_label(v) for v in self.values)
+        return tuple(storage_label(v) for v in self.values)
 
     def value_of(self, label: str) -> Any:
         return self.values[self.labels.index(label)]
@@ -89,7 +90,7 @@ class SearchSpace:
                                for name, label in labels.items()})
 
     def labels_of(self, config: ServingConfig) -> dict[str, str]:
-        return {d.knob: value_label(getattr(config, d.knob)) for d in self.dimensions}
+        return {d.knob: storage_label(getattr(config, d.knob)) for d in self.dimensions}
 
     def with_changes(self, changes: Mapping[str, Sequence[Any] | None]) -> SearchSpace:
         """Replace, add (``values``) or drop (``None``) dimensions."""
@@ -166,9 +167,9 @@ def parse_fix_items(items: Iterable[str]) -> dict[str, Any]:
             raise SweetspotError(f"bad --fix {item!r}: one value pins a knob; a range of "
                                  "values is --space")
         (value,) = _values(k.name, [raw])
-        if k.name in fixed and value_label(fixed[k.name]) != value_label(value):
-            raise SweetspotError(f"--fix gives {k.name} twice: {value_label(fixed[k.name])} "
-                                 f"and {value_label(value)}")
+        if k.name in fixed and storage_label(fixed[k.name]) != storage_label(value):
+            raise SweetspotError(f"--fix gives {k.name} twice: {storage_label(fixed[k.name])} "
+                                 f"and {storage_label(value)}")
         fixed[k.name] = value
     return fixed
 
@@ -205,7 +206,7 @@ def _values(name: str, texts: Sequence[str]) -> tuple[Any, ...]:
         value = _parse_value(k, text)
         if (reason := k.check(value)) is not None:
             raise SweetspotError(reason)
-        if value_label(value) not in (value_label(v) for v in values):
+        if storage_label(value) not in (storage_label(v) for v in values):
             values.append(value)
     if not values:
         raise SweetspotError(f"empty range for {name}")

@@ -13,7 +13,6 @@ import dataclasses
 import json
 from collections.abc import Callable
 
-from sweetspot._errors import SweetspotError
 from sweetspot._secrets import redact_url
 from sweetspot.engine.render import render_serve, render_yaml
 from sweetspot.spec.knobs import ServingConfig
@@ -24,19 +23,17 @@ from sweetspot.tune.finalize import SIMPLIFY_TRIALS, finalize_picks
 from sweetspot.tune.picks import RESOLUTION, Pick, pareto_front
 from sweetspot.tune.rate import RateSearch, search_rate
 from sweetspot.tune.resolve import ResolvedStudy, batch_estimator, resolve_study
-from sweetspot.tune.result import TrialResult
+from sweetspot.tune.result import StudyResult, TrialResult
 from sweetspot.tune.settings import StudySettings
 from sweetspot.tune.space import SearchSpace
 from sweetspot.tune.store import StudyExists, StudyStore
-from sweetspot.tune.tuner import STRATEGIES, Budget, Tuner, config_from_json, make_sampler
+from sweetspot.tune.strategy import check_strategy
+from sweetspot.tune.tuner import Budget, Tuner, config_from_json, make_sampler
 
 # StudySettings lives in tune.settings and resolve_study in tune.resolve: the CLI imports them
 # from here, beside run_study.
 __all__ = ["StudySettings", "run_study", "study_data"]
 
-ENDPOINT_ONLY_RATE = ("--backend endpoint measures the server at --url as it runs, so only "
-                       "--strategy rate applies; a search needs servers it can launch "
-                       "(--backend vllm)")
 # --rate auto offers this share of the baseline's steady-state capacity: loaded enough that the
 # configurations' latencies differ, light enough that the baseline's queue stays short.
 AUTO_RATE_SHARE = 0.65
@@ -54,7 +51,7 @@ def _backend(settings: StudySettings, setup, model_ref: str, baseline: ServingCo
 def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
               space_changes: dict | None = None,
               on_trial: Callable[[TrialResult, TrialResult | None], None] | None = None,
-              on_phase: Callable[[str], None] | None = None) -> dict:
+              on_phase: Callable[[str], None] | None = None) -> StudyResult:
     """Run (or continue) the study; returns ``study_data`` of the result.
 
     In phases: check the settings and load what they name; open the store (a new study, a
@@ -91,17 +88,9 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
 
 
 def _check(settings: StudySettings) -> None:
-    """Refuse settings that no study runs with (the CLI refuses such flags first)."""
-    if settings.strategy not in STRATEGIES:
-        raise SweetspotError(f"unknown strategy {settings.strategy!r}; known: "
-                             f"{', '.join(STRATEGIES)}")
-    if settings.objective not in ("throughput", "pareto"):
-        raise SweetspotError(f"unknown objective {settings.objective!r}: throughput or pareto")
-    if settings.backend == "endpoint" and settings.strategy != "rate":
-        raise SweetspotError(ENDPOINT_ONLY_RATE)
-    if settings.strategy == "rate" and not settings.slos:
-        raise SweetspotError("the rate strategy finds the highest rate that meets the SLOs: "
-                             "give them with --slo, e.g. p99_ttft=2s,p99_tpot=60ms")
+    """Refuse settings that no study runs with (the CLI asks the same before loading)."""
+    check_strategy(settings.backend, settings.strategy, settings.objective,
+                   has_slos=bool(settings.slos))
 
 
 def _evaluator(settings: StudySettings, study: ResolvedStudy) -> Evaluator:
@@ -244,13 +233,13 @@ def _goodput(store: StudyStore, evaluator: Evaluator, config: ServingConfig,
                 on_round=lambda s: store.set_attr("rate_search", s.to_dict()))
 
 
-def study_data(study, storage_url: str) -> dict:
-    """A stored study as the report's plain dict (see ``report``)."""
+def study_data(study, storage_url: str) -> StudyResult:
+    """A stored study as the report and the CLI read it."""
     attrs = study.user_attrs
     settings = attrs.get("settings", {})
     rows = [r.to_dict() for r in StudyStore(study, SearchSpace(()), ()).rows()]
     rows.sort(key=lambda r: r["number"])
-    return {
+    return StudyResult.from_dict({
         "study": study.study_name, "storage": storage_url,
         "model": settings.get("model"), "gpu": settings.get("gpu"),
         "vllm_version": settings.get("vllm_version"),
@@ -263,5 +252,5 @@ def study_data(study, storage_url: str) -> dict:
         "offered_rate": attrs.get("offered_rate", settings.get("rate")
                                   if isinstance(settings.get("rate"), float | int) else None),
         "rate_note": attrs.get("rate_note"), "resolution": attrs.get("resolution"),
-    }
+    })
 
