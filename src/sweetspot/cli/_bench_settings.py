@@ -57,11 +57,14 @@ def bench_settings(o: SimpleNamespace) -> BenchSettings:
     """``o``: the command's options by name (``o.ctx.args``: what follows --)."""
     from sweetspot.metrics.slo import parse_slos
     from sweetspot.spec.loaders import load_workload
+    from sweetspot.spec.tokens import tokenizer_counter
 
     _check_target(o)
     slos = parse_slos(o.slo)
     percentiles = _percentiles(o.percentiles, slos.percentiles)
-    workload = _override_arrivals(load_workload(o.workload), o.rate, o.concurrency, o.burstiness)
+    counter = tokenizer_counter(o.tokenizer) if o.tokenizer else None
+    workload = _override_arrivals(load_workload(o.workload, counter), o.rate, o.concurrency,
+                                  o.burstiness)
     load = _load_config(o)
     return BenchSettings(
         url=o.url, launch=_launch(o) if o.launch else None, load=load, workload=workload,

@@ -89,6 +89,7 @@ def _new_settings(o: SimpleNamespace, fixed: dict) -> StudySettings:
 
     from sweetspot.spec.loaders import load_workload
     from sweetspot.spec.model import checkpoint_quantization, load_model
+    from sweetspot.spec.tokens import tokenizer_counter
     from sweetspot.spec.workload import workload_to_dict
     from sweetspot.tune.advise import _checkpoint
     from sweetspot.tune.evaluate import config_to_json, parse_slos
@@ -101,7 +102,8 @@ def _new_settings(o: SimpleNamespace, fixed: dict) -> StudySettings:
     hardware = load_hardware(gpu)
     offered = _parse_rate(o.rate if o.rate is not None or o.workload is not None else "auto")
     baseline = _guide_baseline(version) if demo and o.backend == "sim" else o.baseline
-    wl = load_workload(o.workload or "chat")
+    counter = tokenizer_counter(o.tokenizer) if o.tokenizer else None
+    wl = load_workload(o.workload or "chat", counter)
     slos = parse_slos(o.slo)
     if o.acceptance is not None and o.backend != "sim":
         raise SweetspotError("--acceptance is what the simulator assumes; a real server's "

@@ -77,6 +77,9 @@ ProcessesOpt = Annotated[int, typer.Option(min=0, help="Client processes; 0 = by
 TimeoutOpt = Annotated[float, typer.Option(min=0.1, help="Per-request timeout, s.")]
 MetricsIntervalOpt = Annotated[float, typer.Option(min=0, help="Seconds between /metrics "
                                                           "samples in the run; 0: none.")]
+CountTokenizerOpt = Annotated[str | None, typer.Option(
+    "--tokenizer", help="Count recorded text's tokens (ShareGPT, JSONL without counts) with "
+    "this tokenizer (a folder with tokenizer.json); without one, 4 characters make a token.")]
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the result here "
                                                               "(vLLM's keys).")]
 
@@ -98,6 +101,7 @@ def bench(
     trials_dir: TrialsDirOpt = Path(".sweetspot/trials"),
     model: ModelOpt = None,
     workload: WorkloadOpt = "chat",
+    tokenizer: CountTokenizerOpt = None,
     num_requests: NumRequestsOpt = None,
     rate: RateOpt = None,
     concurrency: ConcurrencyOpt = None,

@@ -95,7 +95,9 @@ VllmPythonOpt = Annotated[str | None, typer.Option(
          "this one).")]
 LaunchTemplateOpt = Annotated[str | None, typer.Option(help="Launch command for vLLM "
                                                             "elsewhere (backend vllm).")]
-TokenizerOpt = Annotated[str | None, typer.Option(help="Tokenizer folder (backend vllm).")]
+TokenizerOpt = Annotated[str | None, typer.Option(
+    help="Tokenizer folder: the launched servers' (backend vllm), and the one that counts "
+    "recorded text's tokens (ShareGPT, JSONL); without one, 4 characters make a token.")]
 ServerEnvOpt = Annotated[list[str] | None, typer.Option(
     "--env", help="KEY=VALUE for launched servers (repeatable).")]
 ServerArgsOpt = Annotated[str | None, typer.Option(
