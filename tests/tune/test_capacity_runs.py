@@ -136,7 +136,7 @@ def test_over_capacity_only_beyond_the_resolution() -> None:
     resolution is not flagged over capacity (its latencies stand, as on the H100 where a
     server read 58.8 req/s against 59.3 offered and a long run of it served 70.5), but no pick
     is made of it; short by more, it is over capacity."""
-    from sweetspot.tune.picks import RESOLUTION, candidates, keeps_up
+    from sweetspot.tune.picks import RESOLUTION, candidates
 
     estimate = batch_estimator(SETUP, WORKLOAD.prefix.length)
     evaluator = Evaluator(SimBackend(SETUP), WORKLOAD, 200, {}, vocab_size=32_000, rate=1.0,
@@ -151,5 +151,5 @@ def test_over_capacity_only_beyond_the_resolution() -> None:
         again = dataclasses.replace(evaluator, rate=offered).row(config, trial)
         again = dataclasses.replace(again, number=0)
         assert again.over_capacity is over, offered / capacity
-        assert keeps_up(again) is pick
+        assert again.keeps_up is pick
         assert bool(candidates([again])) is pick

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from sweetspot.tune.result import THROUGHPUT, TrialResult
 
 __all__ = ["DEFAULT_LATENCY_KEYS", "GOALS", "RESOLUTION", "Pick", "candidates", "changed_knobs",
-           "choose_picks", "keeps_up", "latency_keys", "pareto_front", "pareto_numbers",
+           "choose_picks", "latency_keys", "pareto_front", "pareto_numbers",
            "reasons_for"]
 
 GOALS = ("max-throughput", "low-latency", "memory-limited", "balanced")
@@ -60,13 +60,6 @@ def latency_keys(slos: Mapping[str, float] | None) -> tuple[str, ...]:
     """The latency figures the low-latency goal is judged on: those the SLOs name."""
     named = tuple(k for k in (slos or {}) if k.endswith("_ms"))
     return named or DEFAULT_LATENCY_KEYS
-
-
-def keeps_up(row: TrialResult) -> bool:
-    """Its capacity reaches the traffic's offered rate (any, where the traffic has none). A
-    row can fall short without being flagged ``over_capacity`` (short by less than the
-    resolution: its latencies are measurements, but a pick must promise to keep up)."""
-    return row.keeps_up
 
 
 def candidates(rows: Sequence[TrialResult]) -> list[TrialResult]:
@@ -167,7 +160,7 @@ def choose_picks(rows: Sequence[TrialResult], baseline: TrialResult | None,
     pool = candidates(rows)
     if not pool:
         ran = [r for r in rows if r.ran]
-        if not ran or offered_rate is None or any(keeps_up(r) for r in ran):
+        if not ran or offered_rate is None or any(r.keeps_up for r in ran):
             return []
         row = max(ran, key=_tp)
         reasons = reasons_for("max-throughput", row, baseline, rows, resolution=resolution)
