@@ -237,20 +237,19 @@ def study_data(study, storage_url: str) -> StudyResult:
     """A stored study as the report and the CLI read it."""
     attrs = study.user_attrs
     settings = attrs.get("settings", {})
-    rows = [r.to_dict() for r in StudyStore(study, SearchSpace(()), ()).rows()]
-    rows.sort(key=lambda r: r["number"])
-    return StudyResult.from_dict({
+    rows = sorted(StudyStore(study, SearchSpace(()), ()).rows(), key=lambda r: r.number or 0)
+    return dataclasses.replace(StudyResult.from_dict({
         "study": study.study_name, "storage": storage_url,
         "model": settings.get("model"), "gpu": settings.get("gpu"),
         "vllm_version": settings.get("vllm_version"),
         "workload": (settings.get("workload") or {}).get("name"),
         "backend": settings.get("backend"), "objective": settings.get("objective"),
         "slos": settings.get("slos", {}), "baseline": attrs.get("baseline_number"),
-        "trials": rows, "picks": attrs.get("picks", []), "pareto": attrs.get("pareto", []),
+        "picks": attrs.get("picks", []), "pareto": attrs.get("pareto", []),
         "confirmation": attrs.get("confirmation"), "settings": settings,
         "rate_search": attrs.get("rate_search"),
         "offered_rate": attrs.get("offered_rate", settings.get("rate")
                                   if isinstance(settings.get("rate"), float | int) else None),
         "rate_note": attrs.get("rate_note"), "resolution": attrs.get("resolution"),
-    })
+    }), trials=tuple(rows))  # already typed by the store: not read twice
 
