@@ -20,10 +20,13 @@ def test_layout(tiny: TinyModel, tmp_path: Path) -> None:
     assert tiny.model_dir == tmp_path / "model"
     assert tiny.tokenizer_dir == tmp_path / "tokenizer"
     assert sorted(p.name for p in tiny.model_dir.iterdir()) == ["config.json"]
-    # No config.json beside the tokenizer: transformers would read it as the model's.
     assert sorted(p.name for p in tiny.tokenizer_dir.iterdir()) == [
-        "tokenizer.json", "tokenizer_config.json",
+        "config.json", "tokenizer.json", "tokenizer_config.json",
     ]
+    # Not the model's config beside the tokenizer: with qwen2 transformers would load
+    # Qwen2Tokenizer, which decodes the word-level vocabulary without its spaces.
+    assert json.loads((tiny.tokenizer_dir / "config.json").read_text()) == {
+        "model_type": "gpt_bigcode"}
 
 
 def test_config_is_a_small_qwen2(tiny: TinyModel) -> None:

@@ -30,6 +30,9 @@ class TinyModel:
     tokenizer_dir: Path  # tokenizer.json + tokenizer_config.json; pass as --tokenizer
 
 
+TOKENIZER_CONFIG = {"model_type": "gpt_bigcode"}
+
+
 def make_tiny_model(
     folder: Path | str,
     *,
@@ -59,6 +62,11 @@ def make_tiny_model(
                            intermediate=intermediate, vocab=vocab, max_position=max_position,
                            tie_embeddings=tie_embeddings)
     (model_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    # vLLM parses a config.json beside the tokenizer too: without one it fails, sleeps 2 s and
+    # retries, in the API server and again in the engine (~4 s of a ~30 s CPU-build start). The
+    # model's own config would make transformers pick Qwen2Tokenizer, which drops the spaces of
+    # the word-level vocabulary; gpt_bigcode's tokenizer is the generic one over tokenizer.json.
+    (tokenizer_dir / "config.json").write_text(json.dumps(TOKENIZER_CONFIG) + "\n")
     _write_tokenizer(tokenizer_dir, vocab, max_position)
     return TinyModel(model_dir=model_dir, tokenizer_dir=tokenizer_dir)
 
