@@ -28,6 +28,7 @@ def workload_file(tmp_path):
     return path
 
 
+@pytest.mark.serial
 def test_bench_matches_the_mock_servers_timing(tmp_path, workload_file):
     """Done-when: 1,000 requests of 64 tokens at 100 req/s against ttft 50 ms / itl 10 ms."""
     with start_mock_server(MockServerConfig(ttft_s=0.050, itl_s=0.010, max_num_seqs=10_000)
@@ -45,6 +46,7 @@ def test_bench_matches_the_mock_servers_timing(tmp_path, workload_file):
     assert "Serving Benchmark Result" in result.stdout
 
 
+@pytest.mark.serial
 def test_concurrency_limit_and_records():
     requests = sample_requests(fixed_workload(40, output=8, process="closed"), vocab_size=4096)
     with start_mock_server(MockServerConfig(ttft_s=0.02, itl_s=0.002)) as url:
@@ -76,6 +78,7 @@ def test_concurrency_limit_and_records():
         r.slot_wait_s for r in late)
 
 
+@pytest.mark.serial
 def test_sharded_over_processes():
     requests = sample_requests(fixed_workload(60, output=4, rate=200.0), vocab_size=4096)
     with start_mock_server(MockServerConfig(ttft_s=0.01, itl_s=0.001)) as url:

@@ -103,6 +103,7 @@ def fast_url():
         yield base_url
 
 
+@pytest.mark.serial
 def test_streamed_timing_follows_the_programme(fast_url):
     payload = {"model": "mock", "prompt": "one two three", "max_tokens": 16, "stream": True,
                "stream_options": {"include_usage": True}}
@@ -275,6 +276,7 @@ def test_same_seed_same_trace():
     assert {status for status, _ in traces[0]} == {200, 500}
 
 
+@pytest.mark.serial
 def test_metrics_count_what_was_served():
     payload = {"prompt": "a b c d", "max_tokens": 8, "stream": True}
     with start_mock_server(MockServerConfig(ttft_s=0.01, itl_s=0.001)) as base_url:

@@ -118,6 +118,7 @@ def test_calibrate_needs_bench_results_with_their_workload(tmp_path: Path) -> No
     assert result.returncode == 2 and "workload" in result.stderr
 
 
+@pytest.mark.serial
 def test_calibrate_a_live_server_with_the_built_in_profile(tiny_dir: Path, tmp_path: Path
                                                            ) -> None:
     """The --url profile against the mock server (a batch-independent 4 ms between tokens):
@@ -145,6 +146,7 @@ def test_calibrate_a_live_server_with_the_built_in_profile(tiny_dir: Path, tmp_p
     assert json.loads(predicted.read_text())["median_tpot_ms"] == pytest.approx(4.0, rel=0.25)
 
 
+@pytest.mark.serial
 def test_calibrate_a_live_server_in_rounds(tiny_dir: Path, tmp_path: Path) -> None:
     """--profile-rounds repeats the whole profile, round after round, with fresh prompts: the
     fit sees every run of every round."""
