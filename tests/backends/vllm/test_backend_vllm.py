@@ -32,6 +32,7 @@ def _launch(vllm_python: Path, tiny: TinyModel, out: Path, trials: Path, *serve_
                    *serve_args)
 
 
+@pytest.mark.serial  # two servers' throughputs compared: not beside other tests
 def test_more_seqs_more_throughput_with_kv_tokens(vllm_python: Path, tiny: TinyModel,
                                                   tmp_path: Path) -> None:
     results = {}

@@ -50,6 +50,7 @@ def heavy_server(vllm_python: Path, heavy: TinyModel,
 
 
 @pytest.mark.vllm
+@pytest.mark.serial
 def test_sweetspot_bench_agrees_with_vllm_bench_serve(
     heavy_server: ServerHandle, heavy: TinyModel, vllm_python: Path, tmp_path: Path
 ) -> None:

@@ -187,6 +187,7 @@ def _measure_interleaved(servers: dict, workload: Path, tmp_path: Path
 
 
 @pytest.mark.vllm
+@pytest.mark.serial
 def test_calibrated_simulator_predicts_other_max_num_seqs(
     vllm_python: Path, heavy: TinyModel, tmp_path: Path
 ) -> None:
