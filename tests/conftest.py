@@ -66,3 +66,10 @@ def trial_processes(trials: Path) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Real-server tests first. Under pytest-xdist the longest of them (the fault-injection and
+    kill-and-resume studies: minutes each) then start at once while short tests fill the other
+    core, instead of starting last and ending the run alone."""
+    items.sort(key=lambda item: item.get_closest_marker("vllm") is None)
