@@ -68,8 +68,14 @@ def trial_processes(trials: Path) -> list[int]:
     return found
 
 
+
+# Real-server studies of several minutes each (see the durations CI prints): started first.
+_LONGEST = ("tests/tune/test_faults_vllm.py", "tests/tune/test_tune_vllm.py")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Real-server tests first. Under pytest-xdist the longest of them (the fault-injection and
-    kill-and-resume studies: minutes each) then start at once while short tests fill the other
-    core, instead of starting last and ending the run alone."""
-    items.sort(key=lambda item: item.get_closest_marker("vllm") is None)
+    """The longest real-server studies first, then the other real-server tests. Under
+    pytest-xdist they then start at once while short tests fill the other core, instead of
+    starting last and ending the run alone on one core."""
+    items.sort(key=lambda item: (not item.nodeid.startswith(_LONGEST),
+                                 item.get_closest_marker("vllm") is None))
