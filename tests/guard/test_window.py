@@ -101,6 +101,9 @@ def test_checks_against_the_envelope() -> None:
     tuned_only = Envelope(source="t", measured=True, p99_ms={"ttft": 40.0})
     assert [a.kind for a in check_window(bad, tuned_only)] == [
         "tuned p99", "preemptions", "kv cache", "queue"]
+    # below the histogram's resolution: 0.8 ms reads "up to 1 ms", no news against 0.3 ms
+    fine = _window(base, _scrape(110.0, ttft=[0.0008] * 20))
+    assert check_window(fine, Envelope(source="t", measured=True, p99_ms={"ttft": 0.3})) == []
     few = _window(base, _scrape(110.0, ttft=[0.9] * 3))  # 3 requests: latencies not judged
     assert check_window(few, envelope) == []
 

@@ -1,14 +1,15 @@
 """A window held against the envelope: which limits it broke, as ``Alert`` values.
 
 Critical: the server is down, restarted, ran out of memory or lost its engine (its log), an SLO
-was missed, or more traffic arrived than the pick's capacity. Warning: a P99 well beyond what
-the pick measured at its tuned rate, preemptions beyond the tuned rate, a KV cache nearly full,
-a whole batch waiting, a slow scrape, traffic unlike the tuned workload (``drift``).
+was missed, or more traffic arrived than the pick's capacity. Warning: a P99 whose whole
+bucket lies beyond twice what the pick measured at its tuned rate, preemptions beyond twice the
+tuned rate, a KV cache nearly full, a whole batch waiting, a slow scrape, traffic unlike the
+tuned workload (``drift``).
 
 Latencies are judged only on windows with at least ``MIN_REQUESTS`` observations: a P99 of
-three requests is one request. Histogram quantiles are read as Prometheus' ``histogram_quantile``
-reads them (linear within a bucket), so a limit inside a bucket is met or missed as a
-Prometheus alert on the same series would be.
+three requests is one request. For SLOs, histogram quantiles are read as Prometheus'
+``histogram_quantile`` reads them (linear within a bucket), so a limit inside a bucket is met or
+missed as a Prometheus alert on the same series would be.
 """
 
 from __future__ import annotations
@@ -81,8 +82,11 @@ def _latency_alerts(window: Window, envelope: Envelope | None) -> list[Alert]:
     tuned = envelope.p99_ms if envelope is not None else {}
     for latency, tuned_ms in tuned.items():
         value = _window_ms(window, "p99", latency)
+        floor_ms = window.p99_floor_s.get(latency, 0.0) * 1e3
+        # beyond the histogram's resolution: the P99's whole bucket lies above the limit (an
+        # ITL tuned at 2 ms reads "up to 10 ms" in vLLM's first bucket, which is no news)
         if latency not in missed and value is not None and tuned_ms > 0 \
-                and value > TUNED_FACTOR * tuned_ms:
+                and floor_ms > TUNED_FACTOR * tuned_ms:
             alerts.append(Alert("tuned p99", "warning",
                                 f"p99 {latency.upper()} {value:.0f} ms, {value / tuned_ms:.1f}x "
                                 f"the {tuned_ms:.0f} ms it was tuned to", value, tuned_ms))

@@ -58,6 +58,8 @@ class Window:
     scrape_s: float | None = None  # how long the closing scrape took
     span_s: float = 0.0  # seconds the deltas cover (longer than the window after an outage)
     latencies: Mapping[str, ServerQuantiles] = field(default_factory=dict)  # LATENCIES keys
+    # the lower edge of the bucket each P99 was read in: the P99 is surely above it
+    p99_floor_s: Mapping[str, float] = field(default_factory=dict)
     requests: int | None = None  # finished in the window
     request_rate: float | None = None  # finished requests / s
     arrival_rate: float | None = None  # finished + the growth of running and waiting, / s
@@ -107,6 +109,11 @@ def _quantiles(delta: Histogram | None) -> ServerQuantiles | None:
     if p50 is None or p90 is None or p99 is None:
         return None
     return ServerQuantiles(p50_s=p50, p90_s=p90, p99_s=p99, count=round(delta.count))
+
+
+def _floor(value_s: float, delta: Histogram) -> float:
+    """The lower edge of the bucket ``value_s`` was interpolated in (0 for the first)."""
+    return max((le for le, _ in delta.buckets if le < value_s), default=0.0)
 
 
 def restart_of(before: MetricsSnapshot, after: MetricsSnapshot) -> str | None:
@@ -176,11 +183,14 @@ def _figures(number: int, start_s: float, after: Scrape, before: MetricsSnapshot
     output = histogram_delta(before, now, (OUTPUT_LENGTHS,))
     in_flight_before = 0.0 if restarted else _in_flight(before)
     finished = facts.requests_succeeded
-    latencies = {key: q for key, names in LATENCIES.items()
-                 if (q := _quantiles(histogram_delta(before, now, names))) is not None}
+    latencies, floors = {}, {}
+    for key, names in LATENCIES.items():
+        delta = histogram_delta(before, now, names)
+        if delta is not None and (q := _quantiles(delta)) is not None:
+            latencies[key], floors[key] = q, _floor(q.p99_s, delta)
     return Window(
         number, start_s, after.taken_s, "ok", scrape_s=after.elapsed_s, span_s=span_s,
-        latencies=latencies, requests=finished, request_rate=rate(finished),
+        latencies=latencies, p99_floor_s=floors, requests=finished, request_rate=rate(finished),
         arrival_rate=None if finished is None else max(
             0.0, finished + _in_flight(now) - in_flight_before) / span_s,
         prompt_tokens_per_s=rate(facts.prompt_tokens),
