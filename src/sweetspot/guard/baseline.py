@@ -109,6 +109,12 @@ def _latencies(metrics: Mapping[str, Any], stat: str, where: str) -> dict[str, f
     return out
 
 
+def _part(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``data[key]`` where it is a mapping, else an empty one (an absent part)."""
+    value = data.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
 def envelope_from_result(data: Mapping[str, Any], source: str) -> Envelope:
     """A ``bench --json`` result: its latencies at the rate it offered, its SLOs; no capacity
     (a run at one rate does not measure one)."""
@@ -116,13 +122,10 @@ def envelope_from_result(data: Mapping[str, Any], source: str) -> Envelope:
     if not p99:
         raise SweetspotError(f"malformed baseline {source}: no p99_*_ms latency: not a "
                              "`sweetspot bench --json` result")
-    described = data.get("sweetspot") if isinstance(data.get("sweetspot"), Mapping) else {}
-    slos = data.get("slos") if isinstance(data.get("slos"), Mapping) else {}
-    server = data.get("server") if isinstance(data.get("server"), Mapping) else {}
+    described, slos, server = (_part(data, k) for k in ("sweetspot", "slos", "server"))
     duration = _number(data.get("duration"), f"{source} (duration)")
     preemptions = _number(server.get("preemptions"), f"{source} (server.preemptions)")
-    trial = data.get("trial") if isinstance(data.get("trial"), Mapping) else {}
-    facts = trial.get("startup") if isinstance(trial.get("startup"), Mapping) else {}
+    facts = _part(_part(data, "trial"), "startup")  # a launched server's start-up facts
     return Envelope(
         source=source, measured=True, model=described.get("model"),
         slos={k: float(v["limit_ms"]) for k, v in slos.items()

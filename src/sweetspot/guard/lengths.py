@@ -21,7 +21,7 @@ bucket starts at 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -119,7 +119,8 @@ def _log_likelihood(sigma: float, mean: float, model: _ClippedLogNormal,
     return total
 
 
-def _maximise(f, low: float, high: float, tol: float = 1e-4) -> float:
+def _maximise(f: Callable[[float], float], low: float, high: float, tol: float = 1e-4
+              ) -> float:
     """Golden-section search for the maximum of a unimodal ``f`` on ``[low, high]``."""
     ratio = (math.sqrt(5) - 1) / 2
     a, b = low, high
