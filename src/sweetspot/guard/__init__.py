@@ -1,4 +1,8 @@
 """Guard a rollout: ``compare`` two configurations before it, ``monitor`` a live server after.
 
 - ``baseline``: the envelope a pick was tuned to (``Envelope``), read from a study or a result.
+- ``monitor``'s steps: ``scrape`` (a ``/metrics`` GET, the log's new lines) -> ``window`` (two
+  scrapes as one window and its state) -> ``checks`` and ``drift`` (alerts against the envelope
+  and the tuned traffic; ``lengths`` fits vLLM's length buckets) -> ``monitor`` (the loop, the
+  summary) -> ``render`` (JSON lines, table rows).
 """

@@ -50,6 +50,9 @@ ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 
                  7.5, 10.0, 20.0, 40.0, 80.0)
 E2E_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
                  60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+# vLLM's token-count buckets: a 1-2-5 series up to max-model-len (the mock's: 32,768).
+TOKEN_BUCKETS = tuple(float(m * 10**e) for e in range(5) for m in (1, 2, 5)
+                      if m * 10**e <= 32768)
 LAG_BUCKETS_S = (-0.0005, -0.00025, 0.0, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01,
                  0.025, 0.05, 0.1)
 # Loop timers tick in whole milliseconds: wake up to half a millisecond early and write every
@@ -113,6 +116,10 @@ class EngineStats:
         self.ttft = Histogram(TTFT_BUCKETS_S)
         self.itl = Histogram(ITL_BUCKETS_S)
         self.e2e = Histogram(E2E_BUCKETS_S)
+        self.queue = Histogram(E2E_BUCKETS_S)  # arrival to admission (vLLM's latency bounds)
+        self.prompt_lengths = Histogram(TOKEN_BUCKETS)  # per finished request, as vLLM's
+        self.output_lengths = Histogram(TOKEN_BUCKETS)
+        self.started_s = time.time()  # process_start_time_seconds: a new server, a new value
         self.emission_lag = Histogram(LAG_BUCKETS_S)  # actual write time minus deadline
 
 
@@ -254,6 +261,9 @@ class MockEngine:
         if k1 == stream.num_tokens:
             stats.request_success += 1
             stats.e2e.observe(now_s - stream.arrival_s)
+            stats.queue.observe(stream.admit_s - stream.arrival_s)
+            stats.prompt_lengths.observe(stream.prompt_tokens)
+            stats.output_lengths.observe(stream.num_tokens)
             self._finish(stream, due_s, "finished")
         elif k1 >= stream.drop_at_token:
             self._finish(stream, due_s, "dropped")
@@ -300,7 +310,17 @@ class StatsCollector:
             family = GaugeMetricFamily(name, doc, labels=labels)
             family.add_metric(self.label_values, value)
             yield family
+        start = GaugeMetricFamily("process_start_time_seconds",
+                                  "Start time of the process since unix epoch in seconds.")
+        start.add_metric([], stats.started_s)
+        yield start
         for name, doc, hist in (
+            ("vllm:request_queue_time_seconds",
+             "Histogram of time spent in WAITING phase for request.", stats.queue),
+            ("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
+             stats.prompt_lengths),
+            ("vllm:request_generation_tokens", "Number of generation tokens processed.",
+             stats.output_lengths),
             ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
              stats.ttft),
             ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",

@@ -1,0 +1,134 @@
+"""`sweetspot monitor` beside a real vLLM server (CPU build, tiny dummy model) under load from
+sweetspot's load generator (the one `sweetspot bench` runs, real-time as `bench
+--client-priority realtime`): each window's TTFT quantiles against the client's for the requests
+whose first token came in that window; then the server is stopped (``server down``) and
+started again on its port (``restarted``).
+
+What this two-core host showed (2026-12-06, two runs): per window, vLLM counted the requests the
+client did (within 3) and its P50 and P90 agreed with the client's within a bucket in every
+window; its P99 agreed in 5 of 8 windows, and in the other 3 the client's slowest request (110
+to 177 ms, against a median of 15 ms) was one vLLM's own TTFT put under 40 ms: a stall outside
+vLLM's clock (the API server's front end, on two busy cores), which no /metrics reader sees. So
+P99 is held one way: vLLM's (monitor's) P99 is never above the client's beyond a bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from bisect import bisect_left
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sweetspot.backends.loadgen import LoadConfig, run_load
+from sweetspot.backends.vllm import launch_server
+from sweetspot.spec.requests import sample_requests
+from sweetspot.spec.workload import validate_workload
+from sweetspot.testing.mock_engine import TTFT_BUCKETS_S
+from sweetspot.testing.tiny_model import make_tiny_model
+
+# As tests/backends/vllm/conftest.py: no compiled graph (its cache is keyed by the model path).
+SERVER_ARGS = ("--enforce-eager",)
+TRAFFIC = {"name": "probe", "prompt": {"kind": "uniform", "low": 16, "high": 256},
+           "output": {"kind": "uniform", "low": 16, "high": 64},
+           "arrival": {"process": "poisson", "rate": 6}}
+INTERVAL_S = 2.0
+
+
+def _windows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r["type"] == "window"]
+
+
+def _wait_for(predicate, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def _bucket(seconds: float) -> int:
+    return bisect_left(TTFT_BUCKETS_S, seconds)
+
+
+def _during_a_scrape(sent_s: float, windows: list[dict]) -> bool:
+    """Whether a request was sent while monitor's scrape was being answered: vLLM renders
+    /metrics on its API server's event loop, so such a request is stamped as arrived only
+    after the scrape, and vLLM's TTFT misses time the client's includes."""
+    return any(w["end"] - w["scrape_s"] - 0.005 <= sent_s <= w["end"] for w in windows
+               if w["scrape_s"] is not None)
+
+
+def _client_windows(windows: list[dict], first_token_s: list[float], ttft_s: list[float]
+                    ) -> list[tuple[dict, np.ndarray, int]]:
+    """(window, client P50/P90/P99 TTFT, client requests) for windows with 5 or more."""
+    out = []
+    for w in windows:
+        inside = [t for f, t in zip(first_token_s, ttft_s, strict=True)
+                  if w["start"] < f <= w["end"]]
+        if len(inside) >= 5 and "ttft" in w["latencies_ms"]:
+            out.append((w, np.percentile(inside, [50, 90, 99]), len(inside)))
+    return out
+
+
+@pytest.mark.vllm
+def test_windows_match_the_client_and_an_outage_and_restart_are_seen(
+        tmp_path: Path, vllm_python: Path) -> None:
+    tiny = make_tiny_model(tmp_path / "tiny")
+    jsonl = tmp_path / "watch.jsonl"
+    requests = sample_requests(validate_workload(TRAFFIC, "probe"), 90, seed=1, vocab_size=4096)
+    with launch_server(vllm_python, tiny.model_dir, tokenizer_dir=tiny.tokenizer_dir,
+                       args=SERVER_ARGS, log_path=tmp_path / "vllm.log",
+                       dummy_weights=True) as handle:
+        port = int(handle.base_url.rsplit(":", 1)[1])
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "sweetspot.cli", "monitor", "--url", handle.base_url,
+             "--interval", str(INTERVAL_S), "--windows", "200", "--jsonl", str(jsonl),
+             "--log-file", str(tmp_path / "vllm.log")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_for(lambda: len(_windows(jsonl)) >= 1, 60)
+        # The records' times count from the run's start, a few milliseconds after this.
+        start_s = time.time()
+        run = run_load(requests, LoadConfig(base_url=handle.base_url, model=str(tiny.model_dir),
+                                            realtime=True))
+        time.sleep(2 * INTERVAL_S + 0.5)  # the window of the last first token closes
+    _wait_for(lambda: any(w["state"] == "server down" for w in _windows(jsonl)), 60)
+    with launch_server(vllm_python, tiny.model_dir, tokenizer_dir=tiny.tokenizer_dir,
+                       args=SERVER_ARGS, log_path=tmp_path / "vllm2.log", port=port,
+                       dummy_weights=True):
+        _wait_for(lambda: any(w["state"] == "restarted" for w in _windows(jsonl)), 60)
+        watch.send_signal(signal.SIGINT)
+        out, err = watch.communicate(timeout=60)
+    assert watch.returncode == 1, err  # down and restarted are alerts
+    records = [r for r in run.records if r.ok and r.ttft_s is not None]
+    assert len(records) == len(requests)
+    (tmp_path / "client.json").write_text(json.dumps(  # for a post-mortem beside watch.jsonl
+        [[start_s + r.sent_s, start_s + r.chunk_times_s[0], r.ttft_s] for r in records]))
+    observed = [r for r in records if not _during_a_scrape(start_s + r.sent_s, _windows(jsonl))]
+    print(f"{len(records) - len(observed)} of {len(records)} requests sent during a scrape")
+    records = observed
+    first_token = [start_s + r.chunk_times_s[0] for r in records]
+    compared = _client_windows(_windows(jsonl), first_token, [r.ttft_s for r in records])
+    table = [(w["window"], w["latencies_ms"]["ttft"]["count"], count,
+              *(w["latencies_ms"]["ttft"][q] for q in ("p50", "p90", "p99")),
+              *(round(v * 1e3, 1) for v in client), w["scrape_s"])
+             for w, client, count in compared]
+    print("window, server n, client n, server P50/P90/P99 ms, client P50/P90/P99 ms, scrape s:",
+          *table, sep="\n")
+    assert len(compared) >= 3, _windows(jsonl)
+    for window, client, count in compared:
+        server = window["latencies_ms"]["ttft"]
+        assert abs(server["count"] - count) <= 3, table  # the same requests, windowed alike
+        # within the histogram's resolution: the same bucket or neighbouring ones
+        for name, value in zip(("p50", "p90"), client, strict=False):
+            assert abs(_bucket(server[name] / 1e3) - _bucket(value)) <= 1, (name, table)
+        assert _bucket(server["p99"] / 1e3) <= _bucket(client[2]) + 1, table
+    states = [w["state"] for w in _windows(jsonl)]
+    assert states.index("server down") < states.index("restarted"), states
+    assert "watched " in out
