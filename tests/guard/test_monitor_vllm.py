@@ -78,6 +78,7 @@ def _client_windows(windows: list[dict], first_token_s: list[float], ttft_s: lis
 
 
 @pytest.mark.vllm
+@pytest.mark.serial  # the client's and the server's latencies, window by window
 def test_windows_match_the_client_and_an_outage_and_restart_are_seen(
         tmp_path: Path, vllm_python: Path) -> None:
     tiny = make_tiny_model(tmp_path / "tiny")
