@@ -14,9 +14,13 @@ from sweetspot.guard.dashboard import dashboard_panels, render_dashboard, write_
 from sweetspot.guard.rules import RuleOptions
 from tests.guard.envelopes import FULL, OLD, SPARSE, STATS
 
-SCHEMA = json.loads((Path(__file__).parent / "data" / "grafana-dashboard.jsonschema.json")
-                    .read_text(encoding="utf-8"))
+DATA = Path(__file__).parent / "data"
+SCHEMA = json.loads((DATA / "grafana-dashboard.jsonschema.json").read_text(encoding="utf-8"))
 VALIDATOR = jsonschema.Draft7Validator(SCHEMA)
+# The time-series panel plugin's own schema: its options and its fieldConfig's "custom" part.
+PANEL = json.loads((DATA / "grafana-timeseries.jsonschema.json").read_text(encoding="utf-8"))
+OPTIONS, CUSTOM = (jsonschema.Draft7Validator({"$ref": f"#/definitions/{name}", **PANEL})
+                   for name in ("Options", "FieldConfig"))
 
 
 def _dashboard(envelope, options=None) -> dict:
@@ -26,7 +30,11 @@ def _dashboard(envelope, options=None) -> dict:
 @pytest.mark.parametrize("envelope", [FULL, SPARSE, OLD, STATS], ids=lambda e: e.source)
 def test_the_dashboard_validates_against_grafanas_schema(envelope):
     dashboard = _dashboard(envelope)
-    errors = sorted(VALIDATOR.iter_errors(dashboard), key=str)
+    errors = list(VALIDATOR.iter_errors(dashboard))
+    for panel in dashboard["panels"]:
+        assert panel["type"] == "timeseries"
+        errors += OPTIONS.iter_errors(panel["options"])
+        errors += CUSTOM.iter_errors(panel["fieldConfig"]["defaults"]["custom"])
     assert not errors, "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors[:5])
 
 
@@ -42,6 +50,9 @@ def test_the_schema_check_is_live():
     ]
     for dashboard in broken:
         assert list(VALIDATOR.iter_errors(dashboard))
+    custom = good["panels"][0]["fieldConfig"]["defaults"]["custom"]
+    assert list(CUSTOM.iter_errors({**custom, "thresholdsStyle": {"mode": "dotted"}}))
+    assert list(OPTIONS.iter_errors({**good["panels"][0]["options"], "legend": {}}))
 
 
 def _panel(dashboard: dict, title: str) -> dict:

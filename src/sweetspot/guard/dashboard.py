@@ -196,7 +196,8 @@ def _panel(index: int, spec: PanelSpec) -> dict[str, Any]:
             },
             "overrides": [],
         },
-        "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+        "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True,
+                               "calcs": []},
                     "tooltip": {"mode": "multi", "sort": "none"}},
     }
 
