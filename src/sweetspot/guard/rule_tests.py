@@ -18,8 +18,9 @@ How bad and good series are made, per threshold ``t``:
 - ``up``: 1, then 0; a restart: the process start time changes, or (a second bad case, as with
   several API servers, whose registry has no process metrics) the counters reset.
 
-Users run them after editing the rules (``monitor --emit-rule-tests``), and the tests of this
-package run them against every rule file they emit.
+Why a function of the package rather than of its tests: users get them beside the rules
+(``write_rule_tests``) and rerun them after editing a threshold or a label, in their own CI; and
+this package's tests run the very same file against every rule file they emit.
 """
 
 from __future__ import annotations
