@@ -62,6 +62,12 @@ def test_alerts_hold_the_envelopes_numbers():
     assert alerts["VLLMRequestRateAboveCapacity"]["expr"].endswith(
         ":vllm_requests_arrived:rate5m > 10.0")
     assert alerts["VLLMServerDown"]["expr"] == 'up{job="vllm"} == 0'
+    summaries = {name: r["annotations"]["summary"] for name, r in alerts.items()}
+    for name, number in [("VLLMPreemptionsAboveTuned", "0.25/s"), ("VLLMKVCacheAboveTuned", "72%"),
+                         ("VLLMQueueBeyondBatch", "128"),
+                         ("VLLMRequestRateAboveCapacity", "10/s")]:
+        assert number in summaries[name], summaries[name]  # the threshold, and whence
+        assert "tuned" in summaries[name] or "max-num-seqs" in summaries[name]
     assert "Left out" not in text
 
 

@@ -255,7 +255,7 @@ def _preemption_alert(envelope: Envelope, q: _Queries) -> Rule | tuple[str, str]
         return name, "the envelope has no preemption rate"
     return _alert(
         q, name, f"{q.rate('preemptions', q.names.preemptions)} > {x!r}", "warning",
-        f"vLLM{_where(q)} preempts more than the tuned configuration did",
+        f"vLLM{_where(q)} preempts more than {x:g}/s, the rate at the tuned load",
         f"Preemptions over {q.window} have stayed above {x:g}/s, the rate at the tuned load "
         f"({_plain(envelope.source)}), for {q.options.for_}: the KV cache is short for this "
         "traffic and preempted requests are computed again.",
@@ -271,7 +271,7 @@ def _kv_alert(envelope: Envelope, q: _Queries) -> Rule | tuple[str, str]:
                       "it: VLLMPreemptionsAboveTuned watches what follows")
     return _alert(
         q, name, f"{q.gauge('kv_cache_usage', q.names.kv_usage, 'max')} > {peak!r}", "warning",
-        f"KV cache{_where(q)} fuller than at the tuned load",
+        f"KV cache{_where(q)} above {peak:.0%} full, its peak at the tuned load",
         f"KV-cache usage has stayed above {peak:.0%}, its peak at the tuned load "
         f"({_plain(envelope.source)}), for {q.options.for_}: the headroom that load left is "
         "being used up, and at 100 % vLLM preempts.", Watch("fraction", q.names.kv_usage, peak))
@@ -283,7 +283,7 @@ def _queue_alert(envelope: Envelope, q: _Queries) -> Rule | tuple[str, str]:
         return name, "the envelope has no max_num_seqs"
     return _alert(
         q, name, f"{q.gauge('requests_waiting', q.names.waiting, 'sum')} > {seqs}", "warning",
-        f"More requests waiting{_where(q)} than one batch holds",
+        f"More than {seqs} requests waiting{_where(q)}, one batch (max-num-seqs)",
         f"Over {seqs} requests (max-num-seqs, {_plain(envelope.source)}) have waited for "
         f"{q.options.for_}: arrivals outrun the server and time to first token grows with "
         "the queue.", Watch("count", q.names.waiting, float(seqs)))
@@ -295,7 +295,7 @@ def _capacity_alert(envelope: Envelope, q: _Queries) -> Rule | tuple[str, str]:
         return name, "the envelope has no capacity"
     return _alert(
         q, name, f"{q.arrivals()} > {cap!r}", "warning",
-        f"Requests arrive{_where(q)} faster than the tuned capacity",
+        f"Requests arrive{_where(q)} faster than {cap:.3g}/s, the tuned capacity",
         f"Arrivals (requests finished plus the growth of those in the server) over {q.window} "
         f"have stayed above {cap:.3g} req/s, the steady-state capacity of the pick "
         f"({_plain(envelope.source)}), for {q.options.for_}: its queue grows without bound.",
