@@ -255,7 +255,8 @@ def _preemption_alert(envelope: Envelope, q: _Queries) -> Rule | tuple[str, str]
         return name, "the envelope has no preemption rate"
     return _alert(
         q, name, f"{q.rate('preemptions', q.names.preemptions)} > {x!r}", "warning",
-        f"vLLM{_where(q)} preempts more than {x:g}/s, the rate at the tuned load",
+        f"vLLM{_where(q)} preempts more than {x:g}/s, the rate at the tuned load"
+        + (" (none)" if x == 0 else ""),
         f"Preemptions over {q.window} have stayed above {x:g}/s, the rate at the tuned load "
         f"({_plain(envelope.source)}), for {q.options.for_}: the KV cache is short for this "
         "traffic and preempted requests are computed again.",
@@ -361,8 +362,7 @@ def render_rules(rules: RuleSet) -> str:
         "rule_files.",
     ]
     if rules.left_out:
-        header.append("# Left out: the envelope holds no number for them, and a guessed "
-                      "threshold would be wrong:")
+        header.append("# Left out, and why (a guessed threshold would page for nothing, or never):")
         header += [f"#   {name}: {_plain(why)}" for name, why in rules.left_out]
     groups = [_group(f"{o.group_prefix}-recording", rules.recording, o),
               _group(f"{o.group_prefix}-alerts", rules.alerts, o)]
