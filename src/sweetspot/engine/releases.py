@@ -25,6 +25,8 @@ __all__ = [
     "CUDA_GRAPHS_PROFILED_SINCE",
     "DRAFT_MODEL_SINCE",
     "GPU_MEMORY_UTILIZATION_092_SINCE",
+    "INTER_TOKEN_LATENCY_METRIC_SINCE",
+    "KV_CACHE_USAGE_METRIC_SINCE",
     "KV_LOG_TOKENS_FIRST_SINCE",
     "LARGE_BATCH_DEFAULTS_SINCE",
     "NUM_SCHEDULER_STEPS_REMOVED",
@@ -59,6 +61,15 @@ CUDA_GRAPHS_PROFILED_SINCE = Version("0.21.0")
 LARGE_BATCH_DEFAULTS_SINCE = Version("0.28.0")
 # The start-up log gives the KV cache in tokens first ("GPU KV cache size: N tokens, ...").
 KV_LOG_TOKENS_FIRST_SINCE = Version("0.30.0")
+# /metrics names (vllm/v1/metrics/loggers.py; vLLM hides a deprecated metric one minor release
+# after deprecating it and removes it the next). vllm:gpu_cache_usage_perc became
+# vllm:kv_cache_usage_perc in 0.9.2 (0.9.1 has only the old name; 0.12 only the new one).
+KV_CACHE_USAGE_METRIC_SINCE = Version("0.9.2")
+# vllm:time_per_output_token_seconds, which observed the gap between tokens, became
+# vllm:inter_token_latency_seconds in 0.10.2, beside the new per-request TPOT histogram
+# vllm:request_time_per_output_token_seconds (what `vllm bench serve` calls TPOT); the old name
+# is hidden from 0.12 and gone in 0.13. Before 0.10.2 no histogram holds per-request TPOT.
+INTER_TOKEN_LATENCY_METRIC_SINCE = Version("0.10.2")
 
 
 def _batch_defaults(version: Version, hardware: Hardware, world_size: int) -> tuple[int, int]:

@@ -5,4 +5,6 @@
   scrapes as one window and its state) -> ``checks`` and ``drift`` (alerts against the envelope
   and the tuned traffic; ``lengths`` fits vLLM's length buckets) -> ``monitor`` (the loop, the
   summary) -> ``render`` (JSON lines, table rows).
+- ``rules``: Prometheus recording and alerting rules holding a live server to an envelope;
+  ``rule_tests``: promtool unit tests for them; ``dashboard``: a Grafana dashboard of the same.
 """

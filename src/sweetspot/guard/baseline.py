@@ -52,8 +52,10 @@ class Envelope:
     kv_cache_tokens: int | None = None  # what its KV cache holds
     max_num_seqs: int | None = None  # its batch limit: the waiting queue is measured against it
     preemptions_per_s: float | None = None  # at the tuned rate (0 when none were seen)
+    # The fullest its KV cache got at the tuned rate, 0-1 (the server's /metrics peak, the
+    # simulator's peak_kv_usage): the rules export's KV-headroom alert holds the live gauge to it.
+    peak_kv_usage: float | None = None
     workload: Mapping[str, Any] | None = None  # the tuned workload (workload_to_dict form)
-    peak_kv_usage: float | None = None  # 0-1, the fullest the KV cache got at the tuned load
 
 
 def load_baseline(spec: str, storage: str | None = None) -> Envelope:

@@ -3,11 +3,13 @@
 
 from sweetspot.metrics.prometheus import (
     Histogram,
+    MetricNames,
     MetricsSnapshot,
     ServerFacts,
     ServerQuantiles,
     compute_server_facts,
     histogram_quantile,
+    metric_names,
     parse_metrics,
 )
 from sweetspot.metrics.serve import (
@@ -24,11 +26,13 @@ __all__ = [
     "BenchResult",
     "Histogram",
     "LatencyStats",
+    "MetricNames",
     "MetricsSnapshot",
     "ServerFacts",
     "ServerQuantiles",
     "compute_result",
     "compute_server_facts",
     "histogram_quantile",
+    "metric_names",
     "parse_metrics",
 ]

@@ -11,6 +11,8 @@
   the after snapshot). KV usage is a 0–1 fraction per engine: its peak is the fullest engine's,
   not a sum over engines.
 - A metric the server does not export gives a None field, never an exception.
+- ``metric_names(release)``: the names one vLLM release exports, for queries written before any
+  server answers (Prometheus rules, dashboards); the facts are ``engine/releases.py``'s.
 """
 
 from __future__ import annotations
@@ -20,17 +22,24 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from packaging.version import InvalidVersion, Version
 from prometheus_client.parser import text_string_to_metric_families
 
 from sweetspot._errors import SweetspotError
+from sweetspot.engine.releases import (
+    INTER_TOKEN_LATENCY_METRIC_SINCE,
+    KV_CACHE_USAGE_METRIC_SINCE,
+)
 
 __all__ = [
     "Histogram",
+    "MetricNames",
     "MetricsSnapshot",
     "ServerFacts",
     "ServerQuantiles",
     "compute_server_facts",
     "histogram_quantile",
+    "metric_names",
     "parse_metrics",
 ]
 
@@ -38,9 +47,50 @@ __all__ = [
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 TTFT = ("vllm:time_to_first_token_seconds",)
 ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+TPOT = ("vllm:request_time_per_output_token_seconds",)  # one per request (0.10.2 on)
 E2EL = ("vllm:e2e_request_latency_seconds",)
 QUEUE_TIME = ("vllm:request_queue_time_seconds",)
 QUANTILES = (0.5, 0.9, 0.99)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricNames:
+    """What one vLLM release calls each series on /metrics: histograms and gauges by their
+    family name, counters with the ``_total`` the exposition adds (as PromQL reads them)."""
+
+    ttft: str  # histogram, seconds
+    itl: str  # histogram of the gaps between streamed tokens, seconds
+    tpot: str | None  # histogram of each request's time per output token; None: not exported
+    e2el: str  # histogram, seconds
+    queue_time: str  # histogram, seconds spent waiting before the first schedule
+    kv_usage: str  # gauge, 0-1 per engine
+    running: str = "vllm:num_requests_running"  # gauge
+    waiting: str = "vllm:num_requests_waiting"  # gauge
+    preemptions: str = "vllm:num_preemptions_total"  # counter
+    prompt_tokens: str = "vllm:prompt_tokens_total"  # counter
+    generation_tokens: str = "vllm:generation_tokens_total"  # counter
+    requests_finished: str = "vllm:request_success_total"  # counter, by finished_reason
+    release: str | None = None  # the release these names are for; None: the newest
+
+
+def metric_names(vllm_version: str | None = None) -> MetricNames:
+    """The /metrics names of ``vllm_version`` (None: the current names); an unparsable version
+    is a ``SweetspotError``."""
+    try:
+        version = None if vllm_version is None else Version(vllm_version)
+    except InvalidVersion:
+        raise SweetspotError(f"not a vLLM version: {vllm_version!r}") from None
+    current_latency = version is None or version >= INTER_TOKEN_LATENCY_METRIC_SINCE
+    current_kv = version is None or version >= KV_CACHE_USAGE_METRIC_SINCE
+    return MetricNames(
+        ttft=TTFT[0],
+        itl=ITL[0] if current_latency else ITL[1],
+        tpot=TPOT[0] if current_latency else None,
+        e2el=E2EL[0],
+        queue_time=QUEUE_TIME[0],
+        kv_usage=KV_USAGE[0] if current_kv else KV_USAGE[1],
+        release=vllm_version,
+    )
 
 
 def _base(name: str) -> str:
