@@ -185,3 +185,31 @@ def test_long_traffic_on_a_server_tuned_for_short_is_drift_and_becomes_a_workloa
         for q, value in ((50, written.p50), (90, written.p90)):
             true = float(np.percentile(sent, q))
             assert abs(value / true - 1) < 0.10, (q, value, true)
+
+
+def test_a_study_pick_exports_rules_their_tests_and_a_dashboard_offline(
+        short_study: tuple[str, str], promtool: Path, tmp_path: Path) -> None:
+    storage, name = short_study
+    rules, tests, dash = tmp_path / "rules.yml", tmp_path / "rules_test.yml", tmp_path / "d.json"
+    done = run_cli("monitor", "--baseline", f"{name}:max-throughput", "--storage", storage,
+                   "--emit-rules", str(rules), "--emit-rule-tests", str(tests),
+                   "--emit-dashboard", str(dash), "--selector", 'job="prod-vllm"', "--for", "2m")
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "VLLMServerDown" in done.stdout and "Grafana dashboard" in done.stdout
+    text = rules.read_text()
+    assert 'job="prod-vllm"' in text and "for: 2m" in text
+    for args in (("check", "rules", str(rules)), ("test", "rules", str(tests))):
+        checked = subprocess.run([str(promtool), *args], capture_output=True, text=True,
+                                 timeout=120)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    panels = json.loads(dash.read_text())["panels"]
+    assert any(p["title"].startswith("Time to first token") for p in panels)
+
+
+def test_exports_need_a_baseline_and_rule_tests_need_the_rules(tmp_path: Path) -> None:
+    _one_line_exit_2(run_cli("monitor", "--emit-rules", str(tmp_path / "r.yml")), "--baseline")
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"completed": 1}))
+    _one_line_exit_2(run_cli("monitor", "--baseline", str(result), "--emit-rule-tests",
+                             str(tmp_path / "t.yml")), "--emit-rules")
+    assert not (tmp_path / "r.yml").exists()

@@ -1,8 +1,13 @@
 """`sweetspot monitor`: watch a live vLLM server against what was tuned (issue 20).
 
-Exit codes: 0 every window was within the envelope; 1 some window raised an alert (``--once``:
-its one window; ``--windows N`` or Ctrl-C: any window); 2 unusable input — no ``--url``, a server
-that does not answer the first scrape or is not vLLM, a malformed baseline. Once the server has
+With ``--emit-rules``/``--emit-rule-tests``/``--emit-dashboard`` it writes the envelope as
+Prometheus rules, promtool tests and a Grafana dashboard first (``cli/_monitor_export.py``), and
+watches only when ``--url`` is given too.
+
+Exit codes: 0 every window was within the envelope (or the exports were written); 1 some
+window raised an alert (``--once``: its one window; ``--windows N`` or Ctrl-C: any window); 2
+unusable input — no ``--url``, a server that does not answer the first scrape or is not vLLM, a
+malformed baseline. Once the server has
 answered, down, restarted or slow is a window's state, never an exit.
 """
 
@@ -47,11 +52,32 @@ def monitor(
                                                        "deaths it reports become alerts.")] = None,
     api_key: ApiKeyOpt = None,
     header: HeaderOpt = None,
+    emit_rules: Annotated[Path | None, typer.Option(
+        help="Write Prometheus recording and alerting rules holding the deployment to "
+             "--baseline's pick (offline: no --url needed).")] = None,
+    emit_rule_tests: Annotated[Path | None, typer.Option(
+        help="Write promtool unit tests of those rules (promtool test rules FILE).")] = None,
+    emit_dashboard: Annotated[Path | None, typer.Option(
+        help="Write a Grafana dashboard of the same panels, with the pick's thresholds.")] = None,
+    selector: Annotated[str, typer.Option(
+        help="PromQL label matchers of the deployment's scrape targets, for the exports.")
+    ] = 'job="vllm"',
+    alert_for: Annotated[str, typer.Option(
+        "--for", help="How long a threshold stays crossed before its alert fires (exports).")
+    ] = "5m",
 ) -> int:
     """Watch a live vLLM server: per-window latencies, load, restarts and drift, held against
-    the tuned envelope."""
+    the tuned envelope; or export that envelope as Prometheus rules and a Grafana dashboard."""
+    from sweetspot.cli._monitor_export import Exports, write_exports
+
+    exports = Exports(emit_rules, emit_rule_tests, emit_dashboard, selector, alert_for)
+    if exports.wanted:
+        write_exports(exports, baseline, storage)
+        if url is None:
+            return 0
     if url is None:
-        raise SweetspotError("monitor needs --url URL: the vLLM server to watch")
+        raise SweetspotError("monitor needs --url URL (the vLLM server to watch), or "
+                             "--emit-rules/--emit-dashboard with --baseline")
     from sweetspot.backends.loadgen import request_headers
     from sweetspot.guard.baseline import load_baseline
     from sweetspot.guard.drift import tuned_traffic
