@@ -28,8 +28,9 @@ class Exports:
         return any(p is not None for p in (self.rules, self.rule_tests, self.dashboard))
 
 
-def write_exports(exports: Exports, baseline: str | None, storage: str | None) -> None:
-    """Write every asked-for file for ``baseline``'s envelope; one line per file written."""
+def write_exports(exports: Exports, baseline: str | None, storage: str | None) -> bool:
+    """Write every asked-for file for ``baseline``'s envelope, one line per file written;
+    True once written."""
     if baseline is None:
         raise SweetspotError("--emit-rules, --emit-rule-tests and --emit-dashboard need "
                              "--baseline STUDY[:goal] or a bench --json RESULT: the thresholds "
@@ -61,3 +62,4 @@ def write_exports(exports: Exports, baseline: str | None, storage: str | None) -
         dashboard = write_dashboard(exports.dashboard, envelope, options)
         _out.print(f"wrote {exports.dashboard}: Grafana dashboard, "
                    f"{len(dashboard['panels'])} panels", markup=False)
+    return True

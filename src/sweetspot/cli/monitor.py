@@ -28,6 +28,19 @@ if TYPE_CHECKING:
 ONCE_HELP = ("Watch one window (--interval seconds, two scrapes) and exit: 0 within the "
              "envelope, 1 an alert, 2 unusable input.")
 
+# The exports (cli/_monitor_export.py).
+EmitRulesOpt = Annotated[Path | None, typer.Option(
+    help="Write Prometheus recording and alerting rules holding the deployment to --baseline's "
+         "pick (offline: no --url needed).")]
+EmitRuleTestsOpt = Annotated[Path | None, typer.Option(
+    help="Write promtool unit tests of those rules (promtool test rules FILE).")]
+EmitDashboardOpt = Annotated[Path | None, typer.Option(
+    help="Write a Grafana dashboard of the same panels, with the pick's thresholds.")]
+SelectorOpt = Annotated[str, typer.Option(
+    help="PromQL label matchers of the deployment's scrape targets, for the exports.")]
+AlertForOpt = Annotated[str, typer.Option(
+    "--for", help="How long a threshold stays crossed before its alert fires (exports).")]
+
 
 @app.command()
 def monitor(
@@ -52,29 +65,19 @@ def monitor(
                                                        "deaths it reports become alerts.")] = None,
     api_key: ApiKeyOpt = None,
     header: HeaderOpt = None,
-    emit_rules: Annotated[Path | None, typer.Option(
-        help="Write Prometheus recording and alerting rules holding the deployment to "
-             "--baseline's pick (offline: no --url needed).")] = None,
-    emit_rule_tests: Annotated[Path | None, typer.Option(
-        help="Write promtool unit tests of those rules (promtool test rules FILE).")] = None,
-    emit_dashboard: Annotated[Path | None, typer.Option(
-        help="Write a Grafana dashboard of the same panels, with the pick's thresholds.")] = None,
-    selector: Annotated[str, typer.Option(
-        help="PromQL label matchers of the deployment's scrape targets, for the exports.")
-    ] = 'job="vllm"',
-    alert_for: Annotated[str, typer.Option(
-        "--for", help="How long a threshold stays crossed before its alert fires (exports).")
-    ] = "5m",
+    emit_rules: EmitRulesOpt = None,
+    emit_rule_tests: EmitRuleTestsOpt = None,
+    emit_dashboard: EmitDashboardOpt = None,
+    selector: SelectorOpt = 'job="vllm"',
+    alert_for: AlertForOpt = "5m",
 ) -> int:
     """Watch a live vLLM server: per-window latencies, load, restarts and drift, held against
     the tuned envelope; or export that envelope as Prometheus rules and a Grafana dashboard."""
     from sweetspot.cli._monitor_export import Exports, write_exports
 
     exports = Exports(emit_rules, emit_rule_tests, emit_dashboard, selector, alert_for)
-    if exports.wanted:
-        write_exports(exports, baseline, storage)
-        if url is None:
-            return 0
+    if exports.wanted and write_exports(exports, baseline, storage) and url is None:
+        return 0  # the exports alone: nothing to watch
     if url is None:
         raise SweetspotError("monitor needs --url URL (the vLLM server to watch), or "
                              "--emit-rules/--emit-dashboard with --baseline")
