@@ -60,7 +60,7 @@ MaxRepeatsOpt = Annotated[int, typer.Option(min=1, help="Pairs run at most; stop
 SpreadOpt = Annotated[float | None, typer.Option(
     min=0.0, max=1.0, help="Simulator: each server's speed is drawn with this spread "
                            "(log-sd of its step times), as fresh real servers differ; 0 "
-                           "turns it off (default 0.02).")]
+                           "turns it off (default 0.015).")]
 VocabSizeOpt = Annotated[int | None, typer.Option(
     min=2, help="--url-a/--url-b: prompt token ids are drawn below this (default 32000; "
                 "commands: the model's vocabulary).")]

@@ -19,17 +19,21 @@ machine's drift fall on both alike and cancel in the pair.
   regression where the metric is guarded; *within tolerance* when B is worse but not shown to
   be beyond τ; else *no significant difference*. A metric is *decided* when more repeats could
   not move it across the regression line: better, worse, or an interval that stays within τ.
-- **Repeated looks.** ``compare`` looks after every pair from ``--min-repeats`` to
-  ``--max-repeats`` and stops once every guarded metric is decided. Each look would add its own
-  chance of a false verdict, so the error α (5 %) is spent over the looks: the power spending
-  function α·(j/K)² (Kim and DeMets' family, ρ = 2) gives look j of K the share
-  α·((j/K)² - ((j-1)/K)²) — little to the early looks, which stop only on clear differences,
-  most to the last — and each look's interval is at 1 - its share. By the union bound the
-  chance that any look calls a false better or worse on a metric is at most α; that bound is
-  conservative, since the looks share their data. The level is per metric: several guarded
-  metrics each get α, not α between them; on the simulator their errors coincide (one server
-  speed moves them all), and identical configurations were called "no significant difference"
-  on every guarded metric in the share that ``tests/guard/test_compare.py`` measures.
+- **Repeated looks, several metrics.** ``compare`` looks after every pair from
+  ``--min-repeats`` to ``--max-repeats`` and stops once every guarded metric is decided. Each
+  look would add its own chance of a false verdict, so the error α (5 %) is spent over the
+  looks: the power spending function α·(j/K)^ρ (Kim and DeMets' family, ρ = 2) gives look j of
+  K the share α·((j/K)² - ((j-1)/K)²) — little to the early looks, which stop only on clear
+  differences, most to the last. The gate fails when any guarded metric is worse, so each
+  look's share is split evenly among the m guarded metrics (Bonferroni): a guarded interval is
+  at 1 - share/m, a metric only reported at 1 - share. By the union bound the chance of a false
+  better or worse on any guarded metric is then at most α, where each t interval holds its
+  level. Measured on the simulator (``benchmarks/compare_rates.py``, 200 seeds of two identical
+  commands at the default 1.5 % speed spread, four guarded metrics): 95.5 % "no significant
+  difference"; the false calls came from P99 TTFT (2.5 %) and P99 TPOT (2 %) more often than
+  from throughput (1 %): the P99 of 60 requests is a heavy-tailed statistic whose per-pair
+  log-ratios the t interval treats as normal. A 10 % capacity gain was called better within
+  five pairs in 98 % of the seeds.
 """
 
 from __future__ import annotations
