@@ -108,3 +108,34 @@ def test_a_b_that_vllm_would_refuse_fails_the_gate_with_its_cause(fixed_workload
     assert done.returncode == 1, done.stderr
     assert "B failed (invalid): --max-num-seqz is not a vLLM 0.33.0 flag; did you mean" \
         " --max-num-seqs?" in done.stdout
+
+
+@pytest.mark.serial  # holds two local servers' timing apart
+def test_two_endpoints_and_their_saved_results_give_one_verdict(tmp_path):
+    """Two mock servers, B twice as slow to its first token: --url-a/--url-b calls B a
+    regression, and so does comparing the two servers' saved results (bench --json
+    --detailed), request by request."""
+    from sweetspot.testing.mock_server import MockServerConfig, start_mock_server
+
+    quick, slow = MockServerConfig(ttft_s=0.02, itl_s=0.004), MockServerConfig(ttft_s=0.06,
+                                                                              itl_s=0.004)
+    common = ["--workload", "short", "--num-requests", "24", "--rate", "8", "--seed", "3"]
+    with start_mock_server(quick) as url_a, start_mock_server(slow) as url_b:
+        live = run_cli("compare", "--url-a", url_a, "--url-b", url_b, *common,
+                       "--max-repeats", "3", "--fail-on-regression", "--json",
+                       str(tmp_path / "live.json"))
+        for name, url in (("a", url_a), ("b", url_b)):
+            saved = run_cli("bench", "--url", url, *common, "--json",
+                            str(tmp_path / f"{name}.json"), "--detailed")
+            assert saved.returncode == 0, saved.stderr
+    assert live.returncode == 1, live.stdout + live.stderr
+    data = json.loads((tmp_path / "live.json").read_text())
+    verdicts = {m["key"]: m["verdict"] for m in data["metrics"]}
+    assert data["verdict"] == "worse" and data["source"] == "endpoint"
+    assert verdicts["median_ttft_ms"] == "worse", data
+    assert "P99 TPOT" not in data["regressions"]  # both stream at one pace
+    files = run_cli("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+                    "--fail-on-regression")
+    assert files.returncode == 1, files.stdout + files.stderr
+    assert "B is worse than A: a regression (P99 TTFT)" in files.stdout
+    assert "paired bootstrap" not in files.stdout  # the method is in --json, not the table

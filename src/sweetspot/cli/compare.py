@@ -24,7 +24,6 @@ from sweetspot.cli.tune import (
     CalibrationOpt,
     GpuOpt,
     LaunchTemplateOpt,
-    ModelOpt,
     RateOpt,
     SeedOpt,
     ServerArgsOpt,
@@ -40,6 +39,8 @@ from sweetspot.cli.tune import (
 if TYPE_CHECKING:
     from sweetspot.guard.compare import Comparison
 
+ModelOpt = Annotated[str | None, typer.Option(
+    help="Catalog name, HF id or folder with config.json (default: the model A and B serve).")]
 InputOpt = Annotated[str | None, typer.Argument(
     help='A "vllm serve ..." command, or a result file (bench --json, vllm bench serve '
          "--save-result).", show_default=False)]
@@ -112,7 +113,8 @@ def compare(
     """Is B better than A, and is the difference real? A and B are two "vllm serve ..."
     commands run in interleaved pairs on --backend (fresh servers, the same requests), two
     running servers (--url-a, --url-b), or two saved results. Prints each metric's change
-    with its 95 % interval and a verdict: better, worse, or no significant difference.
+    with its interval (α 5 % spent over the looks, shared by the guarded metrics) and a
+    verdict: better, worse, within tolerance, or no significant difference.
 
     Exit 0: compared; 1: --fail-on-regression and B is worse on a guarded metric or failed;
     2: unusable input.
