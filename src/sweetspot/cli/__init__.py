@@ -24,7 +24,7 @@ from sweetspot.cli._common import app
 # The commands register on the app as they are imported, in --help's order.
 # isort: off
 from sweetspot.cli import lint, advise, bench, simulate, calibrate  # noqa: F401
-from sweetspot.cli import report, tune, monitor, tools  # noqa: F401
+from sweetspot.cli import report, tune, compare, monitor, tools  # noqa: F401
 # isort: on
 
 __all__ = ["app", "main"]

@@ -51,6 +51,7 @@ class BenchSettings(BaseModel):
     percentiles: tuple[float, ...]  # --percentiles, then any an SLO needs measured
     metrics_interval_s: float  # between /metrics samples; 0: none
     json_path: Path | None
+    detailed: bool = False  # --json also holds the per-request arrays (vLLM's --save-detailed)
 
 
 def bench_settings(o: SimpleNamespace) -> BenchSettings:
@@ -69,13 +70,16 @@ def bench_settings(o: SimpleNamespace) -> BenchSettings:
     return BenchSettings(
         url=o.url, launch=_launch(o) if o.launch else None, load=load, workload=workload,
         num_requests=o.num_requests, seed=o.seed, vocab_size=o.vocab_size, slos=slos,
-        percentiles=percentiles, metrics_interval_s=o.metrics_interval, json_path=o.json_path)
+        percentiles=percentiles, metrics_interval_s=o.metrics_interval, json_path=o.json_path,
+        detailed=o.detailed)
 
 
 def _check_target(o: SimpleNamespace) -> None:
     """One server, running (--url) or launched (--launch, its options after --)."""
     if o.endpoint not in ("completions", "chat"):
         raise SweetspotError(f"--endpoint must be completions or chat, not {o.endpoint!r}")
+    if o.detailed and o.json_path is None:
+        raise SweetspotError("--detailed adds per-request data to --json's file: give --json")
     if o.launch == (o.url is not None):
         raise SweetspotError("give either --url (a running server) or --launch (start one)")
     if o.ctx.args and not o.launch:

@@ -82,6 +82,10 @@ CountTokenizerOpt = Annotated[str | None, typer.Option(
     "this tokenizer (a folder with tokenizer.json); without one, 4 characters make a token.")]
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the result here "
                                                               "(vLLM's keys).")]
+DetailedOpt = Annotated[bool, typer.Option(
+    "--detailed", help="--json also holds each request's TTFT, ITLs, E2EL, lengths and error "
+                       "(vLLM's --save-detailed keys): sweetspot compare pairs two such files "
+                       "request by request.")]
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -116,6 +120,7 @@ def bench(
     timeout: TimeoutOpt = 600.0,
     metrics_interval: MetricsIntervalOpt = 1.0,
     json_path: JsonOpt = None,
+    detailed: DetailedOpt = False,
     client_priority: ClientPriorityOpt = "normal",
     api_key: ApiKeyOpt = None,
     header: HeaderOpt = None,
@@ -148,6 +153,10 @@ def _run_bench(settings: BenchSettings) -> int:
         data["trial"] = trial.to_dict()
     url = trial.base_url if trial is not None else settings.url
     data["sweetspot"] = _described(settings, url, model, requests, run, vocab_size)
+    if settings.detailed and run is not None:
+        from sweetspot.guard.requests import detailed_arrays
+
+        data.update(detailed_arrays(run.records))
     if settings.json_path is not None:
         _write_json(settings.json_path, data)
     return _print_bench(measurement, data, trial, run)

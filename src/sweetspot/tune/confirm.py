@@ -27,8 +27,8 @@ from sweetspot.spec.knobs import ServingConfig
 from sweetspot.tune.evaluate import Evaluator
 from sweetspot.tune.result import TrialResult
 
-__all__ = ["LEVEL", "Confirmation", "confirm_finalists", "paired_ratio_interval",
-           "welch_interval"]
+__all__ = ["LEVEL", "Confirmation", "confirm_finalists", "paired_difference_interval",
+           "paired_ratio_interval", "welch_interval"]
 
 LEVEL = 0.975
 
@@ -79,6 +79,23 @@ def paired_ratio_interval(a: Sequence[float], b: Sequence[float], level: float =
         return math.expm1(mean), math.expm1(mean), math.expm1(mean)
     ci = stats.ttest_1samp(logs, 0.0).confidence_interval(confidence_level=level)
     return math.expm1(mean), math.expm1(float(ci.low)), math.expm1(float(ci.high))
+
+
+def paired_difference_interval(a: Sequence[float], b: Sequence[float], level: float = LEVEL
+                               ) -> tuple[float, float, float]:
+    """(mean difference a - b, low, high) from paired samples: scipy's one-sample t interval
+    of the per-pair differences. For counts that may be 0 (failed requests, preemptions),
+    where a ratio has no meaning."""
+    diffs = np.asarray(a, float) - np.asarray(b, float)
+    if len(diffs) == 0:
+        return 0.0, -math.inf, math.inf
+    mean = float(diffs.mean())
+    if len(diffs) < 2:
+        return mean, -math.inf, math.inf
+    if np.ptp(diffs) == 0:  # every pair the same difference: no spread to be unsure of
+        return mean, mean, mean
+    ci = stats.ttest_1samp(diffs, 0.0).confidence_interval(confidence_level=level)
+    return mean, float(ci.low), float(ci.high)
 
 
 def welch_interval(a: Sequence[float], b: Sequence[float], level: float = LEVEL

@@ -32,7 +32,7 @@ from sweetspot.tune.tuner import Budget, Tuner, config_from_json, make_sampler
 
 # StudySettings lives in tune.settings and resolve_study in tune.resolve: the CLI imports them
 # from here, beside run_study.
-__all__ = ["StudySettings", "run_study", "study_data"]
+__all__ = ["AUTO_RATE_SHARE", "StudySettings", "run_study", "study_data", "study_evaluator"]
 
 # --rate auto offers this share of the baseline's steady-state capacity: loaded enough that the
 # configurations' latencies differ, light enough that the baseline's queue stays short.
@@ -91,6 +91,12 @@ def _check(settings: StudySettings) -> None:
     """Refuse settings that no study runs with (the CLI asks the same before loading)."""
     check_strategy(settings.backend, settings.strategy, settings.objective,
                    has_slos=bool(settings.slos))
+
+
+def study_evaluator(settings: StudySettings) -> Evaluator:
+    """The evaluator a study with ``settings`` runs its trials with (``compare`` runs its pairs
+    with it: the same backend, workload, requests and figures as a tune trial)."""
+    return _evaluator(settings, resolve_study(settings))
 
 
 def _evaluator(settings: StudySettings, study: ResolvedStudy) -> Evaluator:

@@ -6,6 +6,15 @@ simulator's own counters go into ``counters``), the KV capacity as vLLM would lo
 device memory the memory model says the server would hold. Serving a configuration is its
 simulated start-up (vLLM's checks, the memory model); each run is simulated on a fresh server
 of it (a real server is reused, so only its prefix cache can differ).
+
+The simulator is deterministic: one configuration and one seed give the same numbers every time,
+where fresh real servers of one configuration differ (on the H100 two read 4,540 and 4,970 tok/s
+in their engine logs, 9 %; the CPU build drifts ±4 % run to run: benchmarks/RESULTS.md). With
+``speed_spread`` > 0 each served configuration draws its own speed — every step of that server
+takes exp(N(0, speed_spread)) times the model's time, a draw from the backend's seed and how
+many servers it has served — so repeats of a configuration vary as fresh servers do.
+``sweetspot compare`` turns it on (its statistics would be degenerate without it); ``tune``
+never does, so its trials and picks stay exact.
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from sweetspot.backends.base import (
     MemoryPeaks,
@@ -33,7 +44,9 @@ from sweetspot.backends.sim.simulator import SimSetup, SimStart, simulate, start
 from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.requests import Request
 
-__all__ = ["SimBackend"]
+__all__ = ["SPEED_STREAM", "SimBackend"]
+
+SPEED_STREAM = 0x5EED  # keeps the speed draws apart from the seed's other streams
 
 
 class SimBackend:
@@ -42,10 +55,13 @@ class SimBackend:
     name = "sim"
     measured = False
 
-    def __init__(self, setup: SimSetup, model: StepTimeModel | None = None, seed: int = 0):
+    def __init__(self, setup: SimSetup, model: StepTimeModel | None = None, seed: int = 0,
+                 speed_spread: float = 0.0):
         self.setup = setup  # its config is replaced per trial
         self.model = model  # a calibrated step-time model, or None for the roofline
         self.seed = seed
+        self.speed_spread = speed_spread  # log-sd of a served configuration's step times
+        self._served = 0  # servers served so far: each draws its own speed
 
     @classmethod
     def for_target(cls, target: Target) -> SimBackend:
@@ -55,7 +71,16 @@ class SimBackend:
 
             step_model = load_calibration(Path(target.calibration), target.setup.hardware,
                                           target.setup.arch).step_model
-        return cls(target.setup, step_model, seed=target.seed)
+        return cls(target.setup, step_model, seed=target.seed,
+                   speed_spread=float(target.options.get("speed_spread", 0.0)))
+
+    def _step_factor(self) -> float:
+        """The next served configuration's step-time factor (1 without a spread)."""
+        self._served += 1
+        if self.speed_spread <= 0:
+            return 1.0
+        rng = np.random.default_rng((self.seed, SPEED_STREAM, self._served))
+        return float(np.exp(rng.normal(0.0, self.speed_spread)))
 
     @property
     def version(self):
@@ -64,7 +89,8 @@ class SimBackend:
     @contextmanager
     def serve(self, config: ServingConfig) -> Iterator[Server]:
         started_s = time.monotonic()
-        server = _SimServer(self, dataclasses.replace(self.setup, config=config))
+        server = _SimServer(self, dataclasses.replace(self.setup, config=config),
+                            self._step_factor())
         try:
             yield server
         finally:
@@ -76,9 +102,9 @@ class SimBackend:
 
 
 class _SimServer(Server):
-    def __init__(self, backend: SimBackend, setup: SimSetup) -> None:
+    def __init__(self, backend: SimBackend, setup: SimSetup, step_factor: float = 1.0) -> None:
         super().__init__()
-        self.backend, self.setup = backend, setup
+        self.backend, self.setup, self.step_factor = backend, setup, step_factor
         started = start(setup)
         self.facts = _facts(started, setup)
         self.counters: dict[str, Any] = {}
@@ -88,7 +114,8 @@ class _SimServer(Server):
     def _run(self, requests: Sequence[Request], load: LoadConfig,
              on_done: Callable[[], None] | None) -> Run | None:
         run = simulate(self.setup, requests, max_concurrency=load.max_concurrency,
-                       model=self.backend.model, seed=self.backend.seed)
+                       model=self.backend.model, seed=self.backend.seed,
+                       step_factor=self.step_factor)
         if run.status != "ok":  # the start-up said so already; a changed setup would
             self.fail(run.status, run.cause or run.status)
             return None
@@ -99,6 +126,8 @@ class _SimServer(Server):
                              "prefix_hit_rate": f.prefix_hit_rate,
                              "compute_bound_share": f.compute_bound_share,
                              "spec_acceptance_rate": f.spec_acceptance_rate}
+            if self.step_factor != 1.0:  # this server's drawn speed (speed_spread)
+                self.counters["step_factor"] = self.step_factor
         return _as_run(run.records)
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "LinearStepModel",
     "RooflineConstants",
     "RooflineModel",
+    "ScaledSteps",
     "StepShape",
     "StepTime",
     "StepTimeModel",
@@ -249,3 +250,27 @@ class LinearStepModel:
         value = c0 + c_seq * shape.num_seqs + c_tok * shape.num_tokens + c_ctx * (
             shape.attended / 1000.0)
         return StepTime(max(value, 1e-6), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ScaledSteps:
+    """Another model's steps, each ``factor`` times as long: one fresh server's own speed
+    (``sweetspot compare`` draws one per simulated server; see ``SimBackend``). The front end's
+    per-request costs are the inner model's."""
+
+    inner: StepTimeModel
+    factor: float
+
+    @property
+    def request_latency_s(self) -> float:
+        return self.inner.request_latency_s
+
+    @property
+    def request_intake_s(self) -> float:
+        return self.inner.request_intake_s
+
+    def step_time(self, shape: StepShape, *, async_scheduling: bool,
+                  cpu_scheduled: bool = True) -> StepTime:
+        step = self.inner.step_time(shape, async_scheduling=async_scheduling,
+                                    cpu_scheduled=cpu_scheduled)
+        return StepTime(step.duration_s * self.factor, step.compute_bound)

@@ -22,7 +22,7 @@ import numpy as np
 from packaging.version import Version
 
 from sweetspot.backends.records import RequestRecord
-from sweetspot.backends.sim.cost import RooflineModel, StepShape, StepTimeModel
+from sweetspot.backends.sim.cost import RooflineModel, ScaledSteps, StepShape, StepTimeModel
 from sweetspot.backends.sim.request import SimRequest
 from sweetspot.backends.sim.scheduler import Scheduler, SchedulerConfig
 from sweetspot.backends.sim.speculative import plan_speculation
@@ -185,11 +185,13 @@ def simulate(
     seed: int = 0,
     trace: bool = False,
     warmup: int = 1,
+    step_factor: float = 1.0,
 ) -> SimRun:
     """Run ``requests`` through the simulated server ``setup`` describes.
 
     ``model`` is the step-time model (default: the roofline of the catalog hardware);
-    ``seed`` drives the speculative acceptance draws; ``trace`` keeps every step's shape.
+    ``seed`` drives the speculative acceptance draws; ``trace`` keeps every step's shape;
+    every step takes ``step_factor`` times the model's time (a fresh server's own speed).
     ``warmup`` copies of the first request run to completion before the clock starts, as the
     test prompt ``vllm bench serve`` sends first: its prompt then sits in the prefix cache.
     """
@@ -198,6 +200,7 @@ def simulate(
         return _failed(started.status, started.cause, started.config, started.memory)
     config = started.config
     model = model or _roofline(setup, started)
+    model = model if step_factor == 1.0 else ScaledSteps(model, step_factor)
     scheduler = _scheduler(started, seed)
 
     def new_loop(limit: int | None, keep_trace: bool) -> _Loop:
