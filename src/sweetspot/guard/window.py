@@ -28,11 +28,11 @@ from sweetspot.metrics.prometheus import (
     MetricsSnapshot,
     ServerQuantiles,
     compute_server_facts,
-    histogram_quantile,
+    histogram_delta,
+    histogram_quantiles,
 )
 
-__all__ = ["LATENCIES", "STATES", "Window", "add_histograms", "histogram_delta",
-           "measure_window"]
+__all__ = ["LATENCIES", "STATES", "Window", "add_histograms", "measure_window"]
 
 STATES = ("ok", "idle", "slow scrape", "restarted", "server down")  # least to most serious
 # Window latencies by bench's names; vLLM's histogram (current name first).
@@ -78,21 +78,6 @@ class Window:
     log_events: tuple[LogEvent, ...] = ()  # OOMs and engine deaths the log reported
 
 
-def histogram_delta(before: MetricsSnapshot, after: MetricsSnapshot,
-                    names: Sequence[str]) -> Histogram | None:
-    """The observations ``after`` holds beyond ``before`` (None: not exported, or fell)."""
-    name = next((n for n in names if n in after.histograms), None)
-    if name is None:
-        return None
-    new = after.histograms[name]
-    old = before.histograms.get(name, Histogram(buckets=(), count=0.0, sum=0.0))
-    earlier = dict(old.buckets)
-    buckets = tuple((le, c - earlier.get(le, 0.0)) for le, c in new.buckets)
-    if any(c < 0 for _, c in buckets) or new.count < old.count:
-        return None
-    return Histogram(buckets=buckets, count=new.count - old.count, sum=new.sum - old.sum)
-
-
 def add_histograms(a: Histogram | None, b: Histogram | None) -> Histogram | None:
     """Two windows' deltas as one (same bucket bounds: one server's histogram)."""
     if a is None or b is None:
@@ -100,15 +85,6 @@ def add_histograms(a: Histogram | None, b: Histogram | None) -> Histogram | None
     counts = dict(a.buckets)
     return Histogram(buckets=tuple((le, c + counts.get(le, 0.0)) for le, c in b.buckets),
                      count=a.count + b.count, sum=a.sum + b.sum)
-
-
-def _quantiles(delta: Histogram | None) -> ServerQuantiles | None:
-    if delta is None or delta.count < 1:
-        return None
-    p50, p90, p99 = (histogram_quantile(q, delta.buckets) for q in (0.5, 0.9, 0.99))
-    if p50 is None or p90 is None or p99 is None:
-        return None
-    return ServerQuantiles(p50_s=p50, p90_s=p90, p99_s=p99, count=round(delta.count))
 
 
 def _floor(value_s: float, delta: Histogram) -> float:
@@ -186,7 +162,7 @@ def _figures(number: int, start_s: float, after: Scrape, before: MetricsSnapshot
     latencies, floors = {}, {}
     for key, names in LATENCIES.items():
         delta = histogram_delta(before, now, names)
-        if delta is not None and (q := _quantiles(delta)) is not None:
+        if delta is not None and (q := histogram_quantiles(delta)) is not None:
             latencies[key], floors[key] = q, _floor(q.p99_s, delta)
     return Window(
         number, start_s, after.taken_s, "ok", scrape_s=after.elapsed_s, span_s=span_s,

@@ -38,7 +38,9 @@ __all__ = [
     "ServerFacts",
     "ServerQuantiles",
     "compute_server_facts",
+    "histogram_delta",
     "histogram_quantile",
+    "histogram_quantiles",
     "metric_names",
     "parse_metrics",
 ]
@@ -296,6 +298,33 @@ def _peak(
     return max(values, default=None)
 
 
+def histogram_delta(before: MetricsSnapshot, after: MetricsSnapshot,
+                    names: Sequence[str]) -> Histogram | None:
+    """The observations ``after`` holds beyond ``before`` under the first of ``names`` it
+    exports (one missing from ``before`` counts from zero); None: not exported, or its counts
+    fell (the server restarted in between)."""
+    name = next((n for n in names if n in after.histograms), None)
+    if name is None:
+        return None
+    new = after.histograms[name]
+    old = before.histograms.get(name, Histogram(buckets=(), count=0.0, sum=0.0))
+    earlier = dict(old.buckets)
+    buckets = tuple((le, c - earlier.get(le, 0.0)) for le, c in new.buckets)
+    if any(c < 0 for _, c in buckets) or new.count < old.count:
+        return None
+    return Histogram(buckets=buckets, count=new.count - old.count, sum=new.sum - old.sum)
+
+
+def histogram_quantiles(delta: Histogram | None) -> ServerQuantiles | None:
+    """P50/P90/P99 of a histogram's observations (None: none, or no +Inf bucket)."""
+    if delta is None or delta.count < 1:
+        return None
+    p50, p90, p99 = (histogram_quantile(q, delta.buckets) for q in QUANTILES)
+    if p50 is None or p90 is None or p99 is None:
+        return None
+    return ServerQuantiles(p50_s=p50, p90_s=p90, p99_s=p99, count=round(delta.count))
+
+
 def _window_quantiles(
     before: MetricsSnapshot, after: MetricsSnapshot, names: Sequence[str]
 ) -> ServerQuantiles | None:
@@ -304,11 +333,4 @@ def _window_quantiles(
     name = next((n for n in names if n in after.histograms), None)
     if name is None or name not in before.histograms:
         return None
-    earlier = dict(before.histograms[name].buckets)
-    window = [(le, c - earlier.get(le, 0.0)) for le, c in after.histograms[name].buckets]
-    if any(c < 0 for _, c in window):  # counts fell: the server restarted in between
-        return None
-    p50, p90, p99 = (histogram_quantile(q, window) for q in QUANTILES)
-    if p50 is None or p90 is None or p99 is None:
-        return None
-    return ServerQuantiles(p50_s=p50, p90_s=p90, p99_s=p99, count=round(window[-1][1]))
+    return histogram_quantiles(histogram_delta(before, after, (name,)))
