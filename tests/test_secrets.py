@@ -86,3 +86,13 @@ def test_a_study_with_planted_secrets_writes_none_of_them(tmp_path: Path) -> Non
         assert not any(secret in out for out in outputs), secret
         for path in files:
             assert secret.encode() not in path.read_bytes(), (secret, path)
+
+
+def test_a_command_line_loses_only_its_secret_values() -> None:
+    from sweetspot._secrets import redact_command
+
+    assert redact_command("vllm serve m --api-key sk-1 --max-num-seqs 8") == \
+        "vllm serve m --api-key '***' --max-num-seqs 8"
+    plain = "vllm serve m  --max-num-seqs 8"  # untouched, spacing and all
+    assert redact_command(plain) == plain
+    assert redact_command('vllm serve "unclosed') == 'vllm serve "unclosed'

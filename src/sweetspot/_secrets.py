@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from sweetspot._errors import SweetspotError
 
-__all__ = ["MASK", "is_secret_name", "redact_args", "redact_env", "redact_url",
+__all__ = ["MASK", "is_secret_name", "redact_args", "redact_command", "redact_env", "redact_url",
            "restore_args", "restore_env"]
 
 MASK = "***"
@@ -49,6 +50,17 @@ def redact_args(args: Sequence[str]) -> list[str]:
             elif i + 1 < len(out):
                 out[i + 1] = MASK
     return out
+
+
+def redact_command(command: str) -> str:
+    """A shell command line (``vllm serve ... --api-key K``) with every secret option's value
+    masked; unchanged, quoting and all, when it holds none."""
+    try:
+        args = shlex.split(command)
+    except ValueError:
+        return command
+    redacted = redact_args(args)
+    return command if redacted == args else shlex.join(redacted)
 
 
 def redact_url(url: Any) -> Any:

@@ -139,3 +139,16 @@ def test_two_endpoints_and_their_saved_results_give_one_verdict(tmp_path):
     assert files.returncode == 1, files.stdout + files.stderr
     assert "B is worse than A: a regression (P99 TTFT)" in files.stdout
     assert "paired bootstrap" not in files.stdout  # the method is in --json, not the table
+
+
+def test_a_key_in_a_command_is_written_nowhere(fixed_workload, tmp_path):
+    key = "sk-compare-secret-7731"
+    done = run_cli("compare", A, f"{A} --api-key {key}",
+                   *_sim_args(fixed_workload, "--max-repeats", "2", "--min-repeats", "2",
+                              "--json", str(tmp_path / "c.json"),
+                              "--markdown", str(tmp_path / "c.md")))
+    assert done.returncode == 0, done.stderr
+    assert "--api-key" in (tmp_path / "c.json").read_text()  # the flag shows, its value not
+    for text in (done.stdout, done.stderr, (tmp_path / "c.json").read_text(),
+                 (tmp_path / "c.md").read_text()):
+        assert key not in text

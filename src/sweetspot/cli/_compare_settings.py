@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from sweetspot._errors import SweetspotError
+from sweetspot._secrets import redact_command, redact_url
 from sweetspot.guard.compare import SPEED_SPREAD, ComparePlan, Side
 
 __all__ = ["command_sides", "endpoint_sides", "input_mode", "plan_of"]
@@ -101,12 +102,12 @@ def _side(name: str, text: str, settings, evaluator) -> Side:
     if report.errors:
         first = report.errors[0]
         refusal = ("oom" if first.code == "memory" else "invalid", first.message)
-        return Side(name, text, evaluator, ServingConfig(), refusal)
+        return Side(name, redact_command(text), evaluator, ServingConfig(), refusal)
     config = report.config or ServingConfig()
     flag = load_quantization(settings.quant).vllm_flag if settings.quant else None
     if config.quantization is None and flag:  # as tune's baseline: vLLM quantises when told
         config = config.replace(quantization=flag)
-    return Side(name, text, evaluator, config)
+    return Side(name, redact_command(text), evaluator, config)
 
 
 def command_sides(o: SimpleNamespace) -> tuple[Side, Side, list[str]]:
@@ -177,7 +178,7 @@ def endpoint_sides(o: SimpleNamespace) -> tuple[Side, Side, list[str]]:
                               vocab_size=o.vocab_size or 32_000,
                               seed=o.seed, realtime_client=realtime, headers=headers,
                               rate=rate if isinstance(rate, float) else None)
-        sides.append(Side(name, url, evaluator, ServingConfig()))
+        sides.append(Side(name, redact_url(url), evaluator, ServingConfig()))
     notes = [f"capacity: a burst of {o.num_requests or 64} requests (--num-requests) on each "
              "endpoint; latencies at the offered rate"]
     if rate == "auto":

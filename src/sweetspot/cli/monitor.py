@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Annotated, Any
 import typer
 
 from sweetspot._errors import SweetspotError
+from sweetspot._secrets import redact_url
 from sweetspot.cli._common import ApiKeyOpt, HeaderOpt, _err, _out, app
 
 if TYPE_CHECKING:
@@ -109,8 +110,8 @@ def _print_envelope(watcher: Monitor) -> None:
     from sweetspot.guard.checks import readable_slos
 
     envelope, tuned = watcher.envelope, watcher.tuned
-    _out.print(f"watching {watcher.settings.metrics_url} every {watcher.settings.interval_s:g} s",
-               markup=False)
+    where = redact_url(watcher.settings.metrics_url)
+    _out.print(f"watching {where} every {watcher.settings.interval_s:g} s", markup=False)
     if envelope is None:
         _out.print("no --baseline: windows are held to nothing but the server's health",
                    markup=False)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sweetspot._errors import SweetspotError
+from sweetspot._secrets import redact_url
 from sweetspot.guard.baseline import Envelope
 from sweetspot.guard.checks import Alert, check_window
 from sweetspot.guard.drift import TunedTraffic, check_drift, live_workload
@@ -117,7 +118,7 @@ class Monitor:
         """The traffic seen so far as a workload spec (None before any request finished)."""
         rate = self._arrivals / self._span_s if self._span_s > 0 else None
         return live_workload(self.prompt_lengths, self.output_lengths, rate,
-                             self.settings.metrics_url.removesuffix("/metrics"))
+                             redact_url(self.settings.metrics_url.removesuffix("/metrics")))
 
 
 def watch(monitor: Monitor, on_window: Callable[[WindowReport], None], *,
