@@ -9,9 +9,10 @@ client did (within 3) and its P50, P90 and P99 agreed with the client's within a
 window (8 of 8, three runs). With other work on the two cores, the client's slowest request in
 3 of 8 windows (110 to 177 ms, against a median of 15 ms) was one vLLM's own TTFT put under
 40 ms: the client's process did not run, a stall outside vLLM's clock that no /metrics reader
-can see. A probe thread in the client's process (``_Stalls``) measures such stalls; a window
-during which the client stalled has its P99 held one way only (vLLM's is never above the
-client's beyond a bucket), and most windows must be stall-free.
+can see. A probe thread in the client's process (``_Stalls``) measures such stalls (40-100 ms
+a few times a run, even on a quiet host); where one fell while the window's slowest request
+waited for its first token, that window's P99 is held one way only (vLLM's is never above the
+client's beyond a bucket). At least three windows are held both ways.
 """
 
 from __future__ import annotations
@@ -107,14 +108,17 @@ def _at_a_boundary(first_token_s: float, windows: list[dict]) -> bool:
 
 
 def _client_windows(windows: list[dict], first_token_s: list[float], ttft_s: list[float]
-                    ) -> list[tuple[dict, np.ndarray, int]]:
-    """(window, client P50/P90/P99 TTFT, client requests) for windows with 5 or more."""
+                    ) -> list[tuple[dict, np.ndarray, int, tuple[float, float]]]:
+    """(window, client P50/P90/P99 TTFT, client requests, the slowest one's wait: its send
+    and first token) for windows with 5 or more."""
     out = []
     for w in windows:
-        inside = [t for f, t in zip(first_token_s, ttft_s, strict=True)
+        inside = [(t, f) for f, t in zip(first_token_s, ttft_s, strict=True)
                   if w["start"] < f <= w["end"]]
         if len(inside) >= 5 and "ttft" in w["latencies_ms"]:
-            out.append((w, np.percentile(inside, [50, 90, 99]), len(inside)))
+            slowest, first = max(inside)
+            out.append((w, np.percentile([t for t, _ in inside], [50, 90, 99]), len(inside),
+                        (first - slowest, first)))
     return out
 
 
@@ -165,16 +169,17 @@ def test_windows_match_the_client_and_an_outage_and_restart_are_seen(
     table = [(w["window"], w["latencies_ms"]["ttft"]["count"], count,
               *(w["latencies_ms"]["ttft"][q] for q in ("p50", "p90", "p99")),
               *(round(float(v) * 1e3, 1) for v in client), w["scrape_s"],
-              stalls.during(w["start"], w["end"]))
-             for w, client, count in compared]
+              stalls.during(*slowest))
+             for w, client, count, slowest in compared]
     print("window, server n, client n, server P50/P90/P99 ms, client P50/P90/P99 ms, scrape s, "
-          "client stalled:", *table, sep="\n")
+          "the slowest's wait met a client stall:", *table, sep="\n")
     print("client stalls (s):", [round(b - a, 3) for a, b in stalls.spans])
     assert len(compared) >= 3, _windows(jsonl)
-    steady = [w for w, _, _ in compared if not stalls.during(w["start"], w["end"])]
-    assert len(steady) * 2 > len(compared), ("the client stalled in most windows", table)
+    # the windows whose slowest request's wait saw no stall of the client's
+    steady = [w["window"] for w, _, _, slowest in compared if not stalls.during(*slowest)]
+    assert len(steady) >= 3, ("the client stalled in most windows", table)
     by_number = {w["window"]: w for w in _windows(jsonl)}
-    for window, client, _ in compared:
+    for window, client, _, _ in compared:
         server = window["latencies_ms"]["ttft"]
         count = sum(window["start"] < f <= window["end"] for f in all_first)
         edges = [w for w in (by_number.get(window["window"] - 1), window) if w is not None]
@@ -184,7 +189,7 @@ def test_windows_match_the_client_and_an_outage_and_restart_are_seen(
         # within the histogram's resolution: the same bucket or neighbouring ones
         for name, value in zip(("p50", "p90"), client, strict=False):
             assert abs(_bucket(server[name] / 1e3) - _bucket(value)) <= 1, (name, table)
-        if window in steady:
+        if window["window"] in steady:
             assert abs(_bucket(server["p99"] / 1e3) - _bucket(client[2])) <= 1, table
         else:  # the client's clock ran while it could not read: its P99 may only be longer
             assert _bucket(server["p99"] / 1e3) <= _bucket(client[2]) + 1, table
