@@ -20,6 +20,7 @@ from sweetspot.spec.hardware import load_hardware
 from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.quant import load_quantization
 from sweetspot.spec.version import parse_vllm_version
+from sweetspot.tune.executors import Execution
 from sweetspot.tune.strategy import check_strategy
 from sweetspot.tune.study import StudySettings
 
@@ -35,6 +36,8 @@ class TuneSettings(BaseModel):
     space_changes: dict  # --space-file, then --space: knob -> values, None drops the knob
     dry_run: bool  # print the servers' commands, start nothing
     report_dir: Path  # --report-dir, else .sweetspot/reports/STUDY
+    execution: Execution  # where the trials run (not part of the study)
+    worker: bool = False  # one of the processes serving the study's shared budget
 
 
 def tune_settings(o: SimpleNamespace) -> TuneSettings:
@@ -51,11 +54,39 @@ def tune_settings(o: SimpleNamespace) -> TuneSettings:
         changes.update(load_space_file(o.space_file))
     changes.update(parse_space_items(o.space or []))
     fixed = parse_fix_items(o.fix or [])  # bad ones end here; clashes with --space: run_study
-    study = _resumed_settings(o, storage_url, fixed) if o.resume else _new_settings(o, fixed)
+    if o.worker and o.resume:
+        raise SweetspotError("--worker joins the study or starts it: leave --resume out")
+    if o.worker and not o.study_name:
+        raise SweetspotError("--worker needs --study-name (the study every worker serves)")
+    joined = o.worker and _stored(storage_url, o.study_name)
+    study = (_resumed_settings(o, storage_url, fixed) if o.resume or joined
+             else _new_settings(o, fixed))
+    if o.worker and study.strategy == "rate":
+        raise SweetspotError("--strategy rate is one baseline's search: it has no trials to "
+                             "share among workers")
     study = dataclasses.replace(study, headers=request_headers(o.api_key, o.header or []))
-    return TuneSettings(study=study, storage_url=storage_url, resume=o.resume,
+    return TuneSettings(study=study, storage_url=storage_url, resume=o.resume, worker=o.worker,
                         space_changes=changes, dry_run=o.dry_run,
-                        report_dir=o.report_dir or Path(".sweetspot") / "reports" / study.name)
+                        report_dir=o.report_dir or Path(".sweetspot") / "reports" / study.name,
+                        execution=_execution(o, study.backend))
+
+
+def _execution(o: SimpleNamespace, backend: str) -> Execution:
+    """--executor and its options, checked against the study's backend."""
+    from sweetspot.tune.executors import check_execution, default_executor
+
+    execution = Execution(executor=o.executor or default_executor(backend),
+                          in_flight=o.in_flight, ray_address=o.ray_address,
+                          emulate_gpus=o.emulate_gpus, emulate_speedup=o.emulate_speedup)
+    check_execution(execution, backend)
+    return execution
+
+
+def _stored(storage_url: str, name: str) -> bool:
+    """A study of that name is in the storage (a worker joins it with its settings)."""
+    from sweetspot.tune.store import StudyStore
+
+    return StudyStore.stored_settings(storage_url, name, wait_s=0.0) is not None
 
 
 def _resumed_settings(o: SimpleNamespace, storage_url: str, fixed: dict) -> StudySettings:

@@ -103,6 +103,25 @@ ServerEnvOpt = Annotated[list[str] | None, typer.Option(
 ServerArgsOpt = Annotated[str | None, typer.Option(
     help='Fixed extra server options, e.g. "--enforce-eager" (backend vllm).')]
 TrialsDirOpt = Annotated[Path, typer.Option(help="Launched servers' logs.")]
+ExecutorOpt = Annotated[str | None, typer.Option(
+    help="Where trials run: local (one at a time, here), process (every core: simulated "
+         "trials) or ray (a Ray cluster). Default: process for --backend sim, else local.")]
+InFlightOpt = Annotated[int | None, typer.Option(
+    help="Trials asked for before the first is told (default 1 on local, 8 otherwise): the "
+         "same seed and --in-flight give the same study on any executor.")]
+RayAddressOpt = Annotated[str | None, typer.Option(
+    help="--executor ray: a running cluster (auto, or ray://HOST:PORT); without it Ray "
+         "starts on this machine.")]
+EmulateGpusOpt = Annotated[int | None, typer.Option(
+    help="--executor ray, --backend sim: plan the study on N GPUs: each simulated trial holds "
+         "a fake GPU for the time a real trial of it would take (scaled down), and the "
+         "makespan is reported beside the ideal.")]
+WorkerOpt = Annotated[bool, typer.Option(
+    "--worker", help="Serve the study --study-name in --storage beside other workers (any "
+                     "machine): start it if it is not there, else join it with its settings; "
+                     "the trial budget is the study's, and the last worker makes the picks.")]
+EmulateSpeedupOpt = Annotated[float, typer.Option(
+    help="--emulate-gpus: seconds of a real trial per second an emulated GPU is held.")]
 DryRunOpt = Annotated[bool, typer.Option(
     "--dry-run", help="Backend vllm: print the baseline's server command and the first "
                       "sweep's (each knob changed alone), start nothing.")]
@@ -148,6 +167,12 @@ def tune(
     dry_run: DryRunOpt = False,
     api_key: ApiKeyOpt = None,
     header: HeaderOpt = None,
+    executor: ExecutorOpt = None,
+    in_flight: InFlightOpt = None,
+    ray_address: RayAddressOpt = None,
+    emulate_gpus: EmulateGpusOpt = None,
+    emulate_speedup: EmulateSpeedupOpt = 50.0,
+    worker: WorkerOpt = False,
 ) -> int:
     """Find the best configuration: search the space on the simulator (default) or real vLLM,
     print four picks (max throughput, low latency, memory-limited, balanced) with commands,
@@ -187,14 +212,34 @@ def _run_tune(settings: TuneSettings) -> int:
 
         data = run_study(study, settings.storage_url, resume=settings.resume,
                          space_changes=settings.space_changes, on_trial=on_trial,
-                         on_phase=lambda text: progress.update(task, description=text))
+                         on_phase=lambda text: progress.update(task, description=text),
+                         execution=settings.execution, worker=settings.worker)
+    if settings.worker and _outcome_elsewhere(settings):
+        _out.print(f"worker done: study {study.name} holds {len(data.trials)} trials; its "
+                   "picks are made by the last worker (sweetspot report "
+                   f"{study.name} --storage URL)", markup=False)
+        return 0
     print_study(data, elapsed_s=time.monotonic() - started)
+    if data.emulation:
+        e = data.emulation
+        _out.print(f"planned on {e['gpus']} GPUs: {e['trials']} trials in "
+                   f"{e['makespan_s'] / 3600:.2f} h, ideal {e['ideal_s'] / 3600:.2f} h (every "
+                   f"trial's time / {e['gpus']}): {e['efficiency']:.0%} busy", markup=False)
     _write_report(data, settings.report_dir)
     for line in all_failed(data):
         _out.print(line, markup=False)
     if study.strategy == "rate":
         return 0 if (data.rate_search or {}).get("max_rate") else 1
     return 0 if data.picks else 1
+
+
+def _outcome_elsewhere(settings: TuneSettings) -> bool:
+    """A worker left the study's outcome to another (it stored none itself)."""
+    from sweetspot.tune.store import StudyStore
+    from sweetspot.tune.worker import FINALIZER_ATTR
+
+    attrs = StudyStore.load(settings.storage_url, settings.study.name).user_attrs
+    return attrs.get("picks") is None or attrs.get(FINALIZER_ATTR) is None
 
 
 def _print_tune_commands(settings, changes: dict) -> int:

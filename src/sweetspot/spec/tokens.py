@@ -36,7 +36,7 @@ def tokenizer_counter(path: str | Path) -> TokenCounter:
         from tokenizers import Tokenizer
     except ImportError:
         raise SweetspotError("counting tokens with --tokenizer needs the tokenizers package: "
-                             "pip install 'sweetspot[tokenizer]'") from None
+                             "pip install 'vllm-sweetspot[tokenizer]'") from None
     try:
         tokenizer = Tokenizer.from_file(str(file))
     except Exception as exc:  # the library's own parse error, whatever its class

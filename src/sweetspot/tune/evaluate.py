@@ -178,6 +178,11 @@ class Evaluator:
         trial = run_in_order(self.backend, config, self._runs(config, seed))
         return self.row(config, trial, seed=seed), trial
 
+    def pop_prepared(self, config: ServingConfig, repeat: int = 0) -> TrialResult | None:
+        """The row of an evaluation ``capacity`` already ran (once: it is taken)."""
+        prepared = self._prepared.pop((_key(config), repeat), None)
+        return prepared[0] if prepared is not None else None
+
     def capacity(self, config: ServingConfig,
                  rate_from: Callable[[SteadyState], float | None] | None = None
                  ) -> tuple[SteadyState | None, Trial]:
@@ -271,7 +276,10 @@ class Evaluator:
         facts: dict[str, Any] = dict(trial.counters)
         facts.update(capacity_saturated=steady.saturated, peak_running=steady.peak_running,
                      capacity_requests=len(trial.run.records),
-                     capacity_window_s=[round(t, 3) for t in steady.window_s])
+                     capacity_window_s=[round(t, 3) for t in steady.window_s],
+                     capacity_duration_s=round(trial.run.duration_s, 3))
+        if len(trial.runs) > 1:
+            facts["traffic_duration_s"] = round(trial.runs[1].duration_s, 3)
         # Measured runs only: the simulator has no client to starve.
         if self.measured and any(bunched_streams(m.to_dict()) for m in measured):
             facts["bunched_streams"] = True  # latencies of the client's scheduling

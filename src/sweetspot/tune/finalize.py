@@ -95,11 +95,14 @@ def _simplify(tuner: Tuner, base_row: TrialResult | None, offered: float | None,
                     proposals.append(reverted)
         if not proposals:
             return
-        for config in proposals[:max_trials - ran]:
+        for config in proposals[:max_trials - ran]:  # a round's trials in flight at once
             if tuner.exhausted():
-                return
-            tuner.evaluate(config, "simplify")
+                break
+            tuner.request(config, "simplify")
             ran += 1
+        tuner.drain()
+        if tuner.exhausted():
+            return
 
 
 def _finalists(picks: list[Pick], rows: list[TrialResult], base_row: TrialResult | None

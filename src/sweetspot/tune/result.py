@@ -167,6 +167,7 @@ class StudyResult:
     offered_rate: float | None = None  # req/s the traffic runs offered
     rate_note: str | None = None  # how --rate auto chose it
     resolution: float | None = None  # the smallest difference a pick acts on
+    emulation: Mapping[str, Any] | None = None  # --emulate-gpus: makespan against the ideal
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "trials", tuple(self.trials))
@@ -190,6 +191,10 @@ class StudyResult:
         out.update(trials=[t.to_dict() for t in self.trials],
                    picks=[p.to_dict() for p in self.picks], pareto=list(self.pareto),
                    slos=dict(self.slos), settings=_plain(self.settings))
+        if self.emulation is None:  # only a planned study (--emulate-gpus) has one
+            del out["emulation"]
+        else:
+            out["emulation"] = _plain(self.emulation)
         return out
 
     @classmethod

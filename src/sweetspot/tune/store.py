@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -123,6 +123,7 @@ class StudyStore:
         self.directions = directions
         self.storage = storage
         self._mine: set[int] = set()  # numbers of the trials this process is running
+        self._taken: set[int] = set()  # numbers of the finished trials ``new_rows`` returned
 
     @classmethod
     def open(cls, url: str, name: str, space: SearchSpace, *, resume: bool,
@@ -202,11 +203,10 @@ class StudyStore:
                 with suppress(Exception):  # another process failed it first
                     self.study.tell(trial.number, state=TrialState.FAIL)
 
-    @contextmanager
-    def running(self, trial: optuna.trial.Trial) -> Iterator[None]:
-        """While ``trial``'s configuration runs: its heartbeat, beaten every ``HEARTBEAT_S``
-        from a thread; if the run is interrupted or fails, the trial is failed on the way out
-        (``tell`` finishes it otherwise)."""
+    def beat(self, trial: optuna.trial.Trial) -> Callable[[bool], None]:
+        """``trial``'s heartbeat, beaten every ``HEARTBEAT_S`` from a thread while its
+        configuration runs; the function returned stops it, and with ``failed`` fails the
+        trial (interrupted, or its run raised: ``tell`` finishes it otherwise)."""
         storage, stop = self.storage, threading.Event()
         beating = isinstance(storage, optuna.storages.RDBStorage)
         trial_id = trial._trial_id  # Optuna's own heartbeat thread names the trial by its id
@@ -220,19 +220,28 @@ class StudyStore:
             storage.record_heartbeat(trial_id)
             thread.start()
         self._mine.add(trial.number)
-        try:
-            yield
-        except BaseException:
+
+        def stopped(failed: bool) -> None:
             stop.set()
-            # Already finished, or the storage is gone: then the grace period ends it.
-            with suppress(Exception):
-                self.study.tell(trial, state=TrialState.FAIL)
-            raise
-        finally:
-            stop.set()
+            if failed:  # already finished, or the storage is gone: the grace period ends it
+                with suppress(Exception):
+                    self.study.tell(trial, state=TrialState.FAIL)
             if beating:
                 thread.join()
             self._mine.discard(trial.number)
+
+        return stopped
+
+    @contextmanager
+    def running(self, trial: optuna.trial.Trial) -> Iterator[None]:
+        """``beat`` around a block: the trial is failed if the block raises."""
+        stop = self.beat(trial)
+        try:
+            yield
+        except BaseException:
+            stop(True)
+            raise
+        stop(False)
 
     def asked_before(self, labels: Mapping[str, str], number: int) -> bool:
         """A trial numbered below ``number`` is running or has finished at ``labels``: another
@@ -268,6 +277,42 @@ class StudyStore:
     @property
     def distributions(self) -> dict[str, CategoricalDistribution]:
         return {d.knob: CategoricalDistribution(d.labels) for d in self.space.dimensions}
+
+    def running_anywhere(self) -> bool:
+        """A trial of the study runs in some process (those whose process died are failed
+        first)."""
+        self.fail_stale()
+        return bool(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+
+    def spent(self) -> int:
+        """Configurations of the study finished or running in any process: its shared
+        budget spent (``tune --worker``). A trial that failed for want of its process (lost,
+        killed) is not counted: its budget goes back. A running repeat of a configuration (a
+        sampler's, or a process that yields to another) counts once."""
+        self.fail_stale()
+        seen = set()
+        for trial in self.study.get_trials(deepcopy=False,
+                                           states=(TrialState.COMPLETE, TrialState.RUNNING)):
+            row = trial.user_attrs.get(ROW_ATTR)
+            if row is not None and row.get("duplicate_of") is not None:
+                continue
+            seen.add(json.dumps(trial.params, sort_keys=True))
+        return len(seen)
+
+    def new_rows(self) -> list[TrialResult]:
+        """``rows`` not returned by an earlier call: the rows other processes (or this one)
+        finished since. Each finished trial's row is parsed once (a study loop takes these in
+        before every trial: reading every row each time grows with the square of the
+        study)."""
+        out = []
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if trial.number in self._taken:
+                continue
+            self._taken.add(trial.number)
+            row = trial.user_attrs.get(ROW_ATTR)
+            if row is not None and row.get("duplicate_of") is None:
+                out.append(TrialResult.from_dict(row))
+        return out
 
     def rows(self) -> list[TrialResult]:
         """Rows of the finished trials, in trial order, one per configuration: duplicates

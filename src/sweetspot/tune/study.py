@@ -19,6 +19,7 @@ from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.quant import Quantization
 from sweetspot.tune.confirm import Confirmation
 from sweetspot.tune.evaluate import Evaluator, config_to_json
+from sweetspot.tune.executors import Execution, Executor, open_executor
 from sweetspot.tune.finalize import SIMPLIFY_TRIALS, finalize_picks
 from sweetspot.tune.picks import RESOLUTION, Pick, pareto_front
 from sweetspot.tune.rate import RateSearch, search_rate
@@ -29,6 +30,7 @@ from sweetspot.tune.space import SearchSpace
 from sweetspot.tune.store import StudyExists, StudyStore
 from sweetspot.tune.strategy import check_strategy
 from sweetspot.tune.tuner import Budget, Tuner, config_from_json, make_sampler
+from sweetspot.tune.worker import claim, serve_budget
 
 # StudySettings lives in tune.settings and resolve_study in tune.resolve: the CLI imports them
 # from here, beside run_study.
@@ -51,14 +53,16 @@ def _backend(settings: StudySettings, setup, model_ref: str, baseline: ServingCo
 def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
               space_changes: dict | None = None,
               on_trial: Callable[[TrialResult, TrialResult | None], None] | None = None,
-              on_phase: Callable[[str], None] | None = None) -> StudyResult:
+              on_phase: Callable[[str], None] | None = None,
+              execution: Execution | None = None, worker: bool = False) -> StudyResult:
     """Run (or continue) the study; returns ``study_data`` of the result.
 
     In phases: check the settings and load what they name; open the store (a new study, a
     resumed one, or one that other processes serve with the same settings); measure the
     baseline's capacity for --rate auto; search within the budget, less a reserve; then either
     the baseline's rate search (--strategy rate) or the picks, simplified and confirmed; last,
-    store the outcome beside the trials."""
+    store the outcome beside the trials. A ``worker`` (``tune.worker``) spends the study's
+    budget with the other processes serving it, and only the last one makes the outcome."""
     _check(settings)
     study = resolve_study(settings, space_changes)
     if not resume:  # a new study stores the space and baseline it resolved to
@@ -70,18 +74,26 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
     if settings.rate == "auto" and settings.strategy != "rate":
         _auto_rate(store, evaluator, study.baseline, on_phase)
     kind = "sim" if settings.backend == "sim" else "measured"
-    tuner = _search(settings, store, evaluator, study, kind, count_stored=not joins,
-                    on_trial=on_trial)
-    base_row = tuner.baseline_row()
-    confirmation = None
-    picks: list[Pick] = []
-    if settings.strategy == "rate":
-        if on_phase is not None:
-            on_phase("searching the highest rate that meets the SLOs")
-        _goodput(store, evaluator, study.baseline, base_row)
-    else:
-        picks, confirmation = finalize_picks(settings, tuner, evaluator, base_row, kind,
-                                             on_phase)
+    execution = execution or Execution()
+    with open_executor(execution, settings, evaluator) as executor:
+        tuner = _search(settings, store, evaluator, study, kind, count_stored=not joins,
+                        on_trial=on_trial, executor=executor,
+                        in_flight=execution.trials_in_flight, worker=worker)
+        if worker and not claim(store):  # another worker makes the outcome
+            return study_data(store.study, storage_url)
+        base_row = tuner.baseline_row()
+        confirmation = None
+        picks: list[Pick] = []
+        if settings.strategy == "rate":
+            if on_phase is not None:
+                on_phase("searching the highest rate that meets the SLOs")
+            _goodput(store, evaluator, study.baseline, base_row)
+        else:
+            picks, confirmation = finalize_picks(settings, tuner, evaluator, base_row, kind,
+                                                 on_phase)
+        summary = getattr(executor, "summary", None)  # --emulate-gpus' makespan
+        if summary is not None and (planned := summary()) is not None:
+            store.set_attr("emulation", planned)
     _store_outcome(store, settings, study, tuner.ordered_rows(), picks, confirmation, base_row,
                    RESOLUTION[kind])
     return study_data(store.study, storage_url)
@@ -135,7 +147,9 @@ def _open(storage_url: str, settings: StudySettings, space: SearchSpace, *, resu
 
 def _search(settings: StudySettings, store: StudyStore, evaluator: Evaluator,
             study: ResolvedStudy, kind: str, *, count_stored: bool,
-            on_trial: Callable[[dict, dict | None], None] | None) -> Tuner:
+            on_trial: Callable[[dict, dict | None], None] | None,
+            executor: Executor | None = None, in_flight: int = 1,
+            worker: bool = False) -> Tuner:
     """The strategy's search, run: the tuner it leaves has the whole budget again, the share
     of its trials kept for the reverted configurations (``tune.finalize``) unspent."""
     budget = Budget(settings.trials, settings.seconds)
@@ -144,8 +158,12 @@ def _search(settings: StudySettings, store: StudyStore, evaluator: Evaluator,
                   budget=dataclasses.replace(budget, trials=settings.trials - reserve)
                   if settings.trials and settings.strategy != "rate" else budget,
                   objective=settings.objective, seed=settings.seed, on_trial=on_trial,
-                  count_stored=count_stored)
-    tuner.run(settings.strategy)
+                  count_stored=count_stored, executor=executor, in_flight=in_flight,
+                  shared=worker)
+    if worker:
+        serve_budget(tuner, settings.strategy)
+    else:
+        tuner.run(settings.strategy)
     tuner.budget = budget
     return tuner
 
@@ -257,5 +275,6 @@ def study_data(study, storage_url: str) -> StudyResult:
         "offered_rate": attrs.get("offered_rate", settings.get("rate")
                                   if isinstance(settings.get("rate"), float | int) else None),
         "rate_note": attrs.get("rate_note"), "resolution": attrs.get("resolution"),
+        "emulation": attrs.get("emulation"),
     }), trials=tuple(rows))  # already typed by the store: not read twice
 

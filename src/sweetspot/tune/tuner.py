@@ -14,6 +14,14 @@ Strategies (``STRATEGIES``):
 - ``rate`` — the baseline alone, then the highest request rate at which it meets the SLOs
   (``rate.py``; the study runs that search after the loop).
 Each configuration runs once per study: a strategy proposing a known one gets the stored row.
+
+Trials in flight: the loop asks for up to ``in_flight`` trials before it waits for the first
+(an executor may run them at once, ``tune.executors``), and tells Optuna their results in the
+order it asked. The sampler so sees the same history at every ask whichever executor ran the
+trials and whichever finished first: a study is a function of its seed, sampler and
+``in_flight``. Trials asked for but not yet told are RUNNING in the storage, which the
+samplers read (TPE's constant liar, the grid's unvisited points) so as not to propose them
+again; a sampler's repeat of one still in flight waits its turn and is told as a duplicate.
 """
 
 from __future__ import annotations
@@ -21,7 +29,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +40,8 @@ import optuna
 from optuna.trial import TrialState
 
 from sweetspot.spec.knobs import ServingConfig, SpeculativeConfig
-from sweetspot.tune.evaluate import Evaluator
+from sweetspot.tune.evaluate import Evaluator, config_to_json
+from sweetspot.tune.executors.base import Executor, Job, LocalExecutor, WorkerLost, failed_row
 from sweetspot.tune.picks import LATENCY, candidates
 from sweetspot.tune.result import TrialResult
 from sweetspot.tune.space import SearchSpace, config_key
@@ -42,6 +54,7 @@ STRATEGIES = ("auto", "ofat", "grid", "optuna", "rate")
 MAX_DUPLICATES_IN_A_ROW = 200
 WAIT_FOR_OTHERS_S = 0.5  # polling another process's trial of the configuration wanted
 WORST_LATENCY_MS = 1e9
+TRIES = 2  # a job whose worker is lost runs once more, then its trial is recorded failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +71,28 @@ def config_from_json(data: Mapping[str, Any]) -> ServingConfig:
 
 
 def make_sampler(objective: str, seed: int) -> optuna.samplers.BaseSampler:
-    """Both samplers read each trial's constraints (``Trial.set_constraint``)."""
+    """Both samplers read each trial's constraints (``Trial.set_constraint``). TPE's constant
+    liar counts trials still in flight as bad ones, so it does not propose them again (with
+    one trial at a time there are none: it changes nothing)."""
     if objective == "pareto":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=20)
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=8, multivariate=True)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=8, multivariate=True,
+                                      constant_liar=True)
+
+
+@dataclass
+class _InFlight:
+    """A trial asked for and not yet told: its job on the executor, or (``job`` None) a
+    sampler's repeat of a configuration in flight, told as a duplicate after it."""
+
+    trial: optuna.trial.Trial
+    key: str
+    phase: str
+    knob: str | None
+    job: Job | None = None
+    future: Future[TrialResult] | None = None
+    stop: Callable[[bool], None] | None = None  # its heartbeat (``StudyStore.beat``)
+    tries: int = 1
 
 
 class Tuner:
@@ -69,9 +100,14 @@ class Tuner:
                  baseline: ServingConfig, *, budget: Budget, objective: str = "throughput",
                  seed: int = 0,
                  on_trial: Callable[[TrialResult, TrialResult | None], None] | None = None,
-                 count_stored: bool = True):
+                 count_stored: bool = True, executor: Executor | None = None,
+                 in_flight: int = 1, shared: bool = False):
         self.store = store
         self.evaluator = evaluator
+        self.executor = executor or LocalExecutor(evaluator)
+        self.in_flight = in_flight
+        self.shared = shared  # the trial budget is the study's, spent by every process
+        self._flying: deque[_InFlight] = deque()
         self.space = space
         self.baseline = baseline
         self.budget = budget
@@ -92,7 +128,11 @@ class Tuner:
 
     def exhausted(self) -> bool:
         b = self.budget
-        return ((b.trials is not None and self.counted + self.ran >= b.trials)
+        if self.shared:  # every process's trials, this one's in flight among them
+            used = self.store.spent() if b.trials is not None else 0
+        else:
+            used = self.counted + self.ran + sum(1 for f in self._flying if f.job is not None)
+        return ((b.trials is not None and used >= b.trials)
                 or (b.seconds is not None and time.monotonic() - self.started_s >= b.seconds))
 
     def best(self) -> TrialResult | None:
@@ -125,62 +165,159 @@ class Tuner:
 
     def _refresh(self) -> None:
         """Take in the rows other processes serving the study have finished."""
-        for row in self.store.rows():
+        for row in self.store.new_rows():
             self.rows.setdefault(config_key(config_from_json(row.config)), row)
 
-    def _run(self, trial: optuna.trial.Trial, config: ServingConfig, phase: str,
-             knob: str | None) -> TrialResult:
-        with self.store.running(trial):
-            result, _ = self.evaluator.evaluate(config)
-        row = result.stored(trial.number, phase, knob)
+    # -- trials in flight (see the module docstring)
+
+    def _flying_keys(self) -> set[str]:
+        return {f.key for f in self._flying if f.job is not None}
+
+    def _make_room(self) -> None:
+        while len(self._flying) >= self.in_flight:
+            self._commit()
+
+    def drain(self) -> None:
+        """Wait for every trial in flight and tell its result (failing them all if this is
+        interrupted)."""
+        try:
+            while self._flying:
+                self._commit()
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _submit(self, trial: optuna.trial.Trial, config: ServingConfig, phase: str,
+                knob: str | None) -> None:
+        job = Job(config_to_json(config), self.evaluator.rate)
+        flying = _InFlight(trial, config_key(config), phase, knob, job,
+                           stop=self.store.beat(trial))
+        self._flying.append(flying)
+        prepared = self.evaluator.pop_prepared(config)
+        if prepared is not None:  # --rate auto ran the baseline's whole evaluation already
+            flying.future = Future()
+            flying.future.set_result(prepared)
+            return
+        try:
+            flying.future = self.executor.submit(job)  # local: runs it now
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _commit(self) -> None:
+        """Tell the oldest trial in flight (waiting for its result)."""
+        flying = self._flying[0]
+        if flying.job is None:  # a repeat: the configuration's row is in by now
+            self._flying.popleft()
+            known = self.rows[flying.key]
+            values, constraints = self._values(known)
+            self.store.tell(flying.trial, dataclasses.replace(known, duplicate_of=known.number),
+                            values, constraints)
+            return
+        result = self._result(flying)
+        self._flying.popleft()
+        assert flying.stop is not None
+        flying.stop(False)
+        row = result.stored(flying.trial.number, flying.phase, flying.knob)
         values, constraints = self._values(row)
-        self.store.tell(trial, row, values, constraints)
-        self.rows[config_key(config)] = row
+        self.store.tell(flying.trial, row, values, constraints)
+        self.rows[flying.key] = row
         self.ran += 1
         if self.on_trial is not None:
             self.on_trial(row, self.best())
-        return row
 
-    def evaluate(self, config: ServingConfig, phase: str, knob: str | None = None
-                 ) -> TrialResult:
-        """The row of ``config``: stored (by this process or another), or run now; where
-        another process is running it, its row once it has finished."""
+    def _result(self, flying: _InFlight) -> TrialResult:
+        assert flying.job is not None and flying.future is not None
+        while True:
+            try:
+                return flying.future.result()
+            except WorkerLost as lost:
+                if flying.tries >= TRIES:
+                    return failed_row(flying.job, "crash",
+                                      f"its worker was lost {TRIES} times (last: {lost})")
+                flying.tries += 1
+                flying.future = self.executor.submit(flying.job)
+
+    def _abandon(self) -> None:
+        """Fail every trial in flight (the study was interrupted or an error ends it)."""
+        while self._flying:
+            flying = self._flying.popleft()
+            if flying.stop is not None:
+                flying.stop(True)
+            else:
+                with suppress(Exception):
+                    self.store.study.tell(flying.trial, state=TrialState.FAIL)
+
+    def request(self, config: ServingConfig, phase: str, knob: str | None = None) -> bool:
+        """Have ``config``'s row come: stored (by this process or another), in flight here, or
+        asked for now; not waited for (``drain``). False when another process is running it
+        (``evaluate`` waits for its row)."""
         key, labels = config_key(config), self.space.labels_of(config)
         while True:
             self._refresh()
-            while key not in self.rows and self.store.running_elsewhere(labels):
-                time.sleep(WAIT_FOR_OTHERS_S)
-                self._refresh()
-            if key in self.rows:
-                return self.rows[key]
+            if key in self.rows or key in self._flying_keys():
+                return True
+            if self.store.running_elsewhere(labels):
+                return False
+            self._make_room()
             trial = self.store.ask(labels)
             if not self.store.asked_before(labels, trial.number):
-                return self._run(trial, config, phase, knob)
+                self._submit(trial, config, phase, knob)
+                return True
             self.store.study.tell(trial, state=TrialState.FAIL)  # another process was first
+
+    def evaluate(self, config: ServingConfig, phase: str, knob: str | None = None
+                 ) -> TrialResult:
+        """The row of ``config``: every trial in flight told, and where another process runs
+        it, its row once it has finished (run here if it failed there)."""
+        key, labels = config_key(config), self.space.labels_of(config)
+        try:
+            while not self.request(config, phase, knob):
+                self.drain()
+                while key not in self.rows and self.store.running_elsewhere(labels):
+                    time.sleep(WAIT_FOR_OTHERS_S)
+                    self._refresh()
+            self.drain()
+        except BaseException:
+            self._abandon()
+            raise
+        return self.rows[config_key(config)]
 
     # -- strategies
 
     def run(self, strategy: str) -> None:
-        if strategy in ("auto", "ofat"):
-            self.run_ofat()
-        if strategy in ("auto", "optuna"):
-            self.run_optuna()
-        if strategy == "grid":
-            self.run_grid()
-        if strategy == "rate":
-            self.evaluate(self.baseline, "baseline")
+        """The strategy's trials, every one told by the end; the trials in flight are failed
+        if it is interrupted."""
+        try:
+            if strategy in ("auto", "ofat"):
+                self.run_ofat()
+            if strategy in ("auto", "optuna"):
+                self.run_optuna()
+            if strategy == "grid":
+                self.run_grid()
+            if strategy == "rate":
+                self.evaluate(self.baseline, "baseline")
+            self.drain()
+        except BaseException:
+            self._abandon()
+            raise
 
     def run_ofat(self) -> None:
         base = self.evaluate(self.baseline, "baseline")
-        sweeps: dict[str, list[tuple[object, TrialResult]]] = {}
+        swept: dict[str, list[tuple[object, ServingConfig]]] = {}
         for dim in self.space.dimensions:
             current = getattr(self.baseline, dim.knob)
-            sweeps[dim.knob] = [(current, base)]
+            swept[dim.knob] = []
             for value in dim.values:
                 if value == current or self.exhausted():
                     continue
-                row = self.evaluate(self.baseline.replace(**{dim.knob: value}), "ofat", dim.knob)
-                sweeps[dim.knob].append((value, row))
+                config = self.baseline.replace(**{dim.knob: value})
+                self.request(config, "ofat", dim.knob)
+                swept[dim.knob].append((value, config))
+        self.drain()
+        sweeps = {knob: [(getattr(self.baseline, knob), base),  # others' trials waited for
+                         *((v, self.evaluate(c, "ofat", knob)) for v, c in tried)]
+                  for knob, tried in swept.items()}
         if self.exhausted():
             return
         best = {}
@@ -215,26 +352,37 @@ class Tuner:
             for combo in itertools.product(*(d.values for d in dims)))}
         while not self.exhausted():
             self._refresh()
-            missing = [config for key, config in keyed.items() if key not in self.rows]
+            flying = self._flying_keys()
+            missing = [config for key, config in keyed.items()
+                       if key not in self.rows and key not in flying]
             if not missing:
-                return
-            if self._grid.is_exhausted(study):
-                self.evaluate(missing[0], "grid")
+                if not self._flying:
+                    return
+                self._commit()  # what is in flight may yet fail: wait for the oldest
+            elif self._grid.is_exhausted(study):
+                self.request(missing[0], "grid")
             else:
+                self._make_room()
                 self._sampled(self.store.ask(sampler=self._grid), "grid")
+        self.drain()
 
     def run_optuna(self) -> None:
         duplicates = 0
         while not self.exhausted() and duplicates < MAX_DUPLICATES_IN_A_ROW:
+            self._make_room()
             duplicates = 0 if self._sampled(self.store.ask(), "optuna") else duplicates + 1
+        self.drain()
 
     def _sampled(self, trial: optuna.trial.Trial, phase: str) -> bool:
         """Run the configuration the sampler's ``trial`` names, unless another process asked
-        for it first (failed) or it is stored (told again as a duplicate: the sampler learns,
-        nothing runs); True when it ran."""
+        for it first (failed) or it is stored or in flight here (told as a duplicate, at once
+        or in its turn: the sampler learns, nothing runs); True when it was submitted."""
         config = self.space.apply(self.baseline, trial.params)
         key = config_key(config)
         self._refresh()
+        if key not in self.rows and key in self._flying_keys():
+            self._flying.append(_InFlight(trial, key, phase, None))
+            return False
         if key not in self.rows and self.store.asked_before(trial.params, trial.number):
             self.store.study.tell(trial, state=TrialState.FAIL)  # another process's
             return False
@@ -244,7 +392,7 @@ class Tuner:
             self.store.tell(trial, dataclasses.replace(known, duplicate_of=known.number),
                             values, constraints)
             return False
-        self._run(trial, config, phase, None)
+        self._submit(trial, config, phase, None)
         return True
 
     def ordered_rows(self) -> list[TrialResult]:
