@@ -28,6 +28,7 @@ from sweetspot.testing.ray_cluster import local_ray_cluster
 from sweetspot.tune.executors import Execution
 from sweetspot.tune.study import run_study
 
+IN_FLIGHT_PER_GPU = int(os.environ.get("IN_FLIGHT_PER_GPU", "8"))
 OPTIONS = {"model": "qwen2.5-0.5b", "gpu": "l4", "workload": "short", "num_requests": 64,
            "confirm": 0, "seed": 3}
 
@@ -70,7 +71,8 @@ def emulate(trials: int, gpus: list[int], speedup: float) -> None:
         settings = _settings(trials=trials, study_name=f"e{n}", strategy="grid")
         started = time.monotonic()
         data = run_study(settings, f"sqlite:///{folder / f'e{n}.db'}", resume=False,
-                         execution=Execution("ray", emulate_gpus=n, emulate_speedup=speedup))
+                         execution=Execution("ray", emulate_gpus=n, emulate_speedup=speedup,
+                                           in_flight=IN_FLIGHT_PER_GPU * n))
         e = data.emulation or {}
         print(f"| {n} | {e['makespan_s'] / 3600:.2f} | {e['ideal_s'] / 3600:.2f} | "
               f"{e['efficiency']:.1%} | {time.monotonic() - started:.0f} |", flush=True)

@@ -116,6 +116,8 @@ class RayExecutor:
         self._task = ray.remote(max_retries=0)(evaluate_job)
         self._simulate = ray.remote(max_retries=0, num_cpus=1)(simulate)
         self._hold = ray.remote(max_retries=0, num_cpus=0)(hold)
+        if self.emulated:
+            self._warm_up(ray, resources)
         self._first_s: float | None = None
         self._last_s = 0.0
         self._emulated_s = 0.0
@@ -123,6 +125,17 @@ class RayExecutor:
         self._lost = _lost_errors()
         self._running: dict[Any, None] = {}  # object refs of jobs not yet finished
         self.lost = 0  # jobs whose worker or node went away
+
+    def _warm_up(self, ray: Any, resources: dict[str, float]) -> None:
+        """Start the worker processes before the makespan's clock does: a hold for every
+        emulated GPU and a simulation (of the baseline) for every CPU. A real trial's minutes
+        hide Ray's process starts; held for seconds, the emulated ones would not."""
+        job = Job(dict(self.settings.baseline), None)
+        holds = [self._hold.options(resources={EMULATED_GPU: 1}).remote(({}, 0.0), 1.0)
+                 for _ in range(int(resources.get(EMULATED_GPU, 0)))]
+        sims = [self._simulate.remote(self._settings_ref, job, 1)
+                for _ in range(int(resources.get("CPU", 1)))]
+        ray.get(holds + sims)
 
     def submit(self, job: Job) -> Future[TrialResult]:
         if self._first_s is None:
