@@ -64,8 +64,9 @@ def walls(trials: int) -> None:
 
 def emulate(trials: int, gpus: list[int], speedup: float) -> None:
     print(f"{trials} trials (grid), speedup {speedup:g}, {os.cpu_count()} CPUs")
-    print("| GPUs | makespan h | ideal h | efficiency | wall s |")
-    print("|---:|---:|---:|---:|---:|")
+    print("| GPUs | search trials | search makespan h | ideal h | efficiency | "
+          "study trials | study makespan h | ideal h | efficiency | wall s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     folder = Path(tempfile.mkdtemp())
     for n in gpus:
         settings = _settings(trials=trials, study_name=f"e{n}", strategy="grid")
@@ -73,9 +74,10 @@ def emulate(trials: int, gpus: list[int], speedup: float) -> None:
         data = run_study(settings, f"sqlite:///{folder / f'e{n}.db'}", resume=False,
                          execution=Execution("ray", emulate_gpus=n, emulate_speedup=speedup,
                                            in_flight=IN_FLIGHT_PER_GPU * n))
-        e = data.emulation or {}
-        print(f"| {n} | {e['makespan_s'] / 3600:.2f} | {e['ideal_s'] / 3600:.2f} | "
-              f"{e['efficiency']:.1%} | {time.monotonic() - started:.0f} |", flush=True)
+        e = dict(data.emulation or {})
+        cells = [f"{p['trials']} | {p['makespan_s'] / 3600:.2f} | {p['ideal_s'] / 3600:.2f} | "
+                 f"{p['efficiency']:.1%}" for p in (e["search"], e)]
+        print(f"| {n} | {' | '.join(cells)} | {time.monotonic() - started:.0f} |", flush=True)
 
 
 def main() -> None:

@@ -221,10 +221,11 @@ def _run_tune(settings: TuneSettings) -> int:
         return 0
     print_study(data, elapsed_s=time.monotonic() - started)
     if data.emulation:
-        e = data.emulation
-        _out.print(f"planned on {e['gpus']} GPUs: {e['trials']} trials in "
-                   f"{e['makespan_s'] / 3600:.2f} h, ideal {e['ideal_s'] / 3600:.2f} h (every "
-                   f"trial's time / {e['gpus']}): {e['efficiency']:.0%} busy", markup=False)
+        e, s = data.emulation, data.emulation["search"]
+        _out.print(f"planned on {e['gpus']} GPUs: the search's {s['trials']} trials in "
+                   f"{s['makespan_s'] / 3600:.2f} h, ideal {s['ideal_s'] / 3600:.2f} h (every "
+                   f"trial's time / {e['gpus']}): {s['efficiency']:.0%} busy; the whole "
+                   f"study's {e['trials']} in {e['makespan_s'] / 3600:.2f} h", markup=False)
     _write_report(data, settings.report_dir)
     for line in all_failed(data):
         _out.print(line, markup=False)

@@ -125,7 +125,10 @@ def local_ray_cluster(nodes: Sequence[Mapping[str, object]],
     temp_dir = Path(tempfile.mkdtemp(prefix="sst-ray-", dir="/tmp"))
     port = free_port()
     cluster = RayCluster(f"127.0.0.1:{port}", temp_dir)
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}
+    # No token authentication: the nodes and the drivers are this machine's processes on
+    # 127.0.0.1, and a token written to ~/.ray by one cluster's head would not be another's.
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0",
+           "RAY_AUTH_MODE": "disabled"}
     try:
         for i, node in enumerate(nodes):
             node_dir = temp_dir / f"n{i}"

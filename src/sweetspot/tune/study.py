@@ -79,6 +79,8 @@ def run_study(settings: StudySettings, storage_url: str, *, resume: bool,
         tuner = _search(settings, store, evaluator, study, kind, count_stored=not joins,
                         on_trial=on_trial, executor=executor,
                         in_flight=execution.trials_in_flight, worker=worker)
+        if (searched := getattr(executor, "searched", None)) is not None:
+            searched()  # --emulate-gpus: the search's makespan, apart from the finish
         if worker and not claim(store):  # another worker makes the outcome
             return study_data(store.study, storage_url)
         base_row = tuner.baseline_row()

@@ -122,6 +122,7 @@ class RayExecutor:
         self._last_s = 0.0
         self._emulated_s = 0.0
         self._trials = 0
+        self._search: tuple[float, float, int] | None = None  # its end, trial s, trials
         self._lost = _lost_errors()
         self._running: dict[Any, None] = {}  # object refs of jobs not yet finished
         self.lost = 0  # jobs whose worker or node went away
@@ -165,17 +166,30 @@ class RayExecutor:
         self._trials += 1
         self._emulated_s += float(future.result().facts.get("emulated_s") or 0.0)
 
+    def searched(self) -> None:
+        """The search phase ended (every trial of it told): what followed (the reverted
+        configurations' rounds, each waiting for the last) is the study's finish."""
+        self._search = (self._last_s, self._emulated_s, self._trials)
+
     def summary(self) -> dict[str, Any] | None:
-        """--emulate-gpus: the study's makespan on the emulated GPUs (scaled back to a real
-        trial's seconds) beside the ideal, every trial's time divided among them."""
+        """--emulate-gpus: the makespan on the emulated GPUs (scaled back to a real trial's
+        seconds) beside the ideal, every trial's time divided among them: of the search (the
+        budget's trials, asked ``--in-flight`` ahead), and of the whole study (its finish
+        proposes trials in rounds, each after the last one's results)."""
         if not self.emulated or self._first_s is None:
             return None
-        makespan = (self._last_s - self._first_s) * self.speedup
-        ideal = self._emulated_s / self.emulated
-        return {"gpus": self.emulated, "speedup": self.speedup, "trials": self._trials,
-                "trial_seconds": round(self._emulated_s, 1), "makespan_s": round(makespan, 1),
-                "ideal_s": round(ideal, 1),
-                "efficiency": round(ideal / makespan, 4) if makespan > 0 else None}
+        n = self.emulated
+
+        def phase(end_s: float, seconds: float, trials: int) -> dict[str, Any]:
+            makespan = (end_s - self._first_s) * self.speedup
+            ideal = seconds / n
+            return {"trials": trials, "trial_seconds": round(seconds, 1),
+                    "makespan_s": round(makespan, 1), "ideal_s": round(ideal, 1),
+                    "efficiency": round(ideal / makespan, 4) if makespan > 0 else None}
+
+        whole = phase(self._last_s, self._emulated_s, self._trials)
+        search = phase(*self._search) if self._search is not None else whole
+        return {"gpus": n, "speedup": self.speedup, **whole, "search": search}
 
     def close(self) -> None:
         import ray
