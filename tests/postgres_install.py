@@ -11,8 +11,6 @@ after installing, the set-up stops it and disables the service, so nothing is le
 from __future__ import annotations
 
 import fcntl
-import os
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from sweetspot.testing.postgres import postgres_bin_dir, run_postgres
+from tests.apt import apt_env, apt_install, run
 
 LOCK = Path(tempfile.gettempdir()) / "sweetspot-apt-postgresql.lock"
 
@@ -38,24 +37,13 @@ def ensure_postgres() -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another worker may be installing it
         if postgres_bin_dir() is not None:
             return
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        install = ["apt-get", "install", "-y", "--no-install-recommends", "postgresql"]
-        done = _run(install, env)
-        if done.returncode != 0:  # no package lists yet, or stale ones
-            _run(["apt-get", "update"], env)
-            done = _run(install, env)
+        env = apt_env()
+        done = apt_install("postgresql")
         for stop in (["systemctl", "disable", "--now", "postgresql"],
                      ["update-rc.d", "postgresql", "disable"],
                      ["/etc/init.d/postgresql", "stop"]):
-            _run(stop, env)
+            run(stop, env)
     if postgres_bin_dir() is None:
         pytest.fail("the shared-storage tests need Debian's postgresql package and "
                     f"`apt-get install -y postgresql` failed (exit {done.returncode}; it needs "
                     f"root and network):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-
-
-def _run(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    except FileNotFoundError as exc:  # no systemctl, no update-rc.d: nothing to stop there
-        return subprocess.CompletedProcess(cmd, 127, "", str(exc))

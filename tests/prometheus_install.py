@@ -15,12 +15,13 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.apt import apt_env, apt_install, run
 
 PROMETHEUS = Path("/usr/bin/prometheus")
 PROMTOOL = Path("/usr/bin/promtool")
@@ -47,12 +48,8 @@ def ensure_prometheus() -> None:
         if PROMETHEUS.exists() and PROMTOOL.exists():
             return
         before = prometheus_processes()
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        install = ["apt-get", "install", "-y", "--no-install-recommends", "prometheus"]
-        done = _run(install, env)
-        if done.returncode != 0:  # no package lists yet, or stale ones
-            _run(["apt-get", "update"], env)
-            done = _run(install, env)
+        env = apt_env()
+        done = apt_install("prometheus")
         _no_service(before, env)
     if not (PROMETHEUS.exists() and PROMTOOL.exists()):
         pytest.fail(f"the rules tests need Debian's prometheus package ({PROMETHEUS}, "
@@ -63,10 +60,10 @@ def ensure_prometheus() -> None:
 
 def _no_service(before: set[int], env: dict[str, str]) -> None:
     """Disable the service the package enabled and stop what the install started."""
-    _run(["systemctl", "disable", "--now", "prometheus"], env)  # stops it under systemd
-    _run(["update-rc.d", "prometheus", "disable"], env)
+    run(["systemctl", "disable", "--now", "prometheus"], env)  # stops it under systemd
+    run(["update-rc.d", "prometheus", "disable"], env)
     if not Path("/run/systemd/system").exists():
-        _run(["/etc/init.d/prometheus", "stop"], env)
+        run(["/etc/init.d/prometheus", "stop"], env)
     started = prometheus_processes() - before
     for pid in started:
         os.kill(pid, signal.SIGTERM)
@@ -91,10 +88,3 @@ def prometheus_processes() -> set[int]:
         if exe == str(PROMETHEUS) and state != "Z":
             found.add(int(entry.name))
     return found
-
-
-def _run(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    except FileNotFoundError as exc:  # no systemctl, no update-rc.d: nothing to disable there
-        return subprocess.CompletedProcess(cmd, 127, "", str(exc))
