@@ -4,12 +4,13 @@ sweetspot's load generator (the one `sweetspot bench` runs, real-time as `bench
 whose first token came in that window; then the server is stopped (``server down``) and
 started again on its port (``restarted``).
 
-What this two-core host showed (2026-12-06, two runs): per window, vLLM counted the requests the
-client did (within 3) and its P50 and P90 agreed with the client's within a bucket in every
-window; its P99 agreed in 5 of 8 windows, and in the other 3 the client's slowest request (110
-to 177 ms, against a median of 15 ms) was one vLLM's own TTFT put under 40 ms: a stall outside
-vLLM's clock (the API server's front end, on two busy cores), which no /metrics reader sees. So
-P99 is held one way: vLLM's (monitor's) P99 is never above the client's beyond a bucket.
+The model and traffic put first tokens at 130-750 ms, where vLLM's TTFT buckets are 150 to 250 ms
+wide. With the earlier toy (first tokens at ~15 ms, buckets 10-20 ms wide) P99 agreed in 5 of 8
+windows only: the client's slowest request of a window, now and then 30-160 ms later than vLLM's
+own TTFT of it, is a stall outside vLLM's clock (the API server's HTTP path on two busy cores)
+that no /metrics reader can see, and it crossed two narrow buckets. Against buckets wider than
+such stalls every window agrees both ways (2026-12-06, three runs: P50, P90 and P99 within a
+bucket in 24 of 24 windows).
 """
 
 from __future__ import annotations
@@ -34,10 +35,13 @@ from sweetspot.testing.tiny_model import make_tiny_model
 
 # As tests/backends/vllm/conftest.py: no compiled graph (its cache is keyed by the model path).
 SERVER_ARGS = ("--enforce-eager",)
-TRAFFIC = {"name": "probe", "prompt": {"kind": "uniform", "low": 16, "high": 256},
-           "output": {"kind": "uniform", "low": 16, "high": 64},
-           "arrival": {"process": "poisson", "rate": 6}}
-INTERVAL_S = 2.0
+# ~25 M parameters: a 300-700 token prompt's prefill takes 100-200 ms on two cores.
+MODEL = {"layers": 6, "hidden": 512, "heads": 8, "kv_heads": 4, "intermediate": 1536}
+TRAFFIC = {"name": "probe", "prompt": {"kind": "uniform", "low": 300, "high": 700},
+           "output": {"kind": "uniform", "low": 16, "high": 32},
+           "arrival": {"process": "poisson", "rate": 2}}
+REQUESTS = 80
+INTERVAL_S = 4.0  # ~8 first tokens a window
 
 
 def _windows(path: Path) -> list[dict]:
@@ -88,9 +92,10 @@ def _client_windows(windows: list[dict], first_token_s: list[float], ttft_s: lis
 @pytest.mark.serial  # the client's and the server's latencies, window by window
 def test_windows_match_the_client_and_an_outage_and_restart_are_seen(
         tmp_path: Path, vllm_python: Path) -> None:
-    tiny = make_tiny_model(tmp_path / "tiny")
+    tiny = make_tiny_model(tmp_path / "tiny", **MODEL)
     jsonl = tmp_path / "watch.jsonl"
-    requests = sample_requests(validate_workload(TRAFFIC, "probe"), 90, seed=1, vocab_size=4096)
+    requests = sample_requests(validate_workload(TRAFFIC, "probe"), REQUESTS, seed=1,
+                               vocab_size=4096)
     with launch_server(vllm_python, tiny.model_dir, tokenizer_dir=tiny.tokenizer_dir,
                        args=SERVER_ARGS, log_path=tmp_path / "vllm.log",
                        dummy_weights=True) as handle:
@@ -143,9 +148,8 @@ def test_windows_match_the_client_and_an_outage_and_restart_are_seen(
         # the same requests, windowed alike but for those whose first token met a scrape
         assert abs(server["count"] - count) <= either + 1, (window["window"], either, table)
         # within the histogram's resolution: the same bucket or neighbouring ones
-        for name, value in zip(("p50", "p90"), client, strict=False):
+        for name, value in zip(("p50", "p90", "p99"), client, strict=True):
             assert abs(_bucket(server[name] / 1e3) - _bucket(value)) <= 1, (name, table)
-        assert _bucket(server["p99"] / 1e3) <= _bucket(client[2]) + 1, table
     states = [w["state"] for w in _windows(jsonl)]
     assert states.index("server down") < states.index("restarted"), states
     assert "watched " in out
