@@ -223,9 +223,14 @@ def _run_tune(settings: TuneSettings) -> int:
     if data.emulation:
         e, s = data.emulation, data.emulation["search"]
         _out.print(f"planned on {e['gpus']} GPUs: the search's {s['trials']} trials in "
-                   f"{s['makespan_s'] / 3600:.2f} h, ideal {s['ideal_s'] / 3600:.2f} h (every "
-                   f"trial's time / {e['gpus']}): {s['efficiency']:.0%} busy; the whole "
-                   f"study's {e['trials']} in {e['makespan_s'] / 3600:.2f} h", markup=False)
+                   f"{s['makespan_s'] / 3600:.2f} h, ideal {s['ideal_s'] / 3600:.2f} h (their GPU "
+                   f"time / {e['gpus']}): {s['efficiency']:.0%} busy; the whole study's "
+                   f"{e['trials']} in {e['makespan_s'] / 3600:.2f} h, ideal "
+                   f"{e['ideal_s'] / 3600:.2f} h", markup=False)
+        if e.get("overrun_s", 0) > 0.05 * e["makespan_s"]:
+            _out.print(f"the simulations did not keep pace with {e['gpus']} emulated GPUs "
+                       f"(holds {e['overrun_s'] / 3600:.2f} h longer): the makespan is too "
+                       "long; lower --emulate-speedup", markup=False)
     _write_report(data, settings.report_dir)
     for line in all_failed(data):
         _out.print(line, markup=False)

@@ -5,7 +5,9 @@ that asks for the configuration's GPUs of a custom resource, ``emulated_gpu`` (N
 Ray that the study starts here; a cluster declares them with ``ray start --resources``), and
 keeps them for the wall time a real trial of that configuration would take, divided by
 ``speedup``. Ray packs the holds onto the emulated GPUs as it would pack real trials, so the
-study's makespan is measured, and set beside the ideal (every trial's time ÷ N).
+study's makespan is measured, and set beside the ideal (every trial's GPU time ÷ N). A hold
+starts before its simulation ends (it waits for it inside): the simulations run on this
+machine's CPUs, which a real study does not need, so they must not decide when a GPU is taken.
 
 A real trial's wall time (``trial_seconds``): the server's start-up, its runs, its stop.
 - Start-up: 50 s for a single-GPU server, measured on an H100 (2026-12-06, vLLM 0.24, Qwen2.5-7B
@@ -64,8 +66,20 @@ def simulate(settings: StudySettings, job: Job, gpus: int) -> tuple[dict[str, An
     return row, trial_seconds(row, _WEIGHTS[key], gpus)
 
 
-def hold(simulated: tuple[dict[str, Any], float], speedup: float) -> dict[str, Any]:
-    """The hold task: keeps its emulated GPUs for the trial's time, scaled."""
-    row, seconds = simulated
-    time.sleep(seconds / speedup)
-    return {**row, "facts": {**(row.get("facts") or {}), "emulated_s": round(seconds, 3)}}
+def hold(simulation: list[Any], gpus: int, speedup: float) -> dict[str, Any]:
+    """The hold task: takes its emulated GPUs when Ray gives them, as a real trial would take
+    real ones, and keeps them for the trial's wall time (scaled). ``simulation``: the
+    simulation task's ref, in a list so that Ray does not wait for it before the hold starts:
+    the simulation runs on this machine's CPUs, which are no part of the plan, so it is waited
+    for inside the hold. Where it comes later than the hold's end would be, the hold is that
+    much longer: ``emulation_overrun_s`` (a real trial's seconds) says the CPUs did not keep
+    pace with the emulated GPUs at this ``--emulate-speedup``."""
+    import ray
+
+    started = time.monotonic()
+    row, seconds = ray.get(simulation[0])
+    waited = time.monotonic() - started
+    time.sleep(max(0.0, seconds / speedup - waited))
+    overrun = max(0.0, waited - seconds / speedup) * speedup
+    return {**row, "facts": {**(row.get("facts") or {}), "emulated_s": round(seconds, 3),
+                             "emulated_gpus": gpus, "emulation_overrun_s": round(overrun, 3)}}

@@ -120,7 +120,8 @@ class RayExecutor:
             self._warm_up(ray, resources)
         self._first_s: float | None = None
         self._last_s = 0.0
-        self._emulated_s = 0.0
+        self._emulated_s = 0.0  # GPU seconds of the trials finished
+        self._overrun_s = 0.0  # holds lengthened by a simulation that came late
         self._trials = 0
         self._search: tuple[float, float, int] | None = None  # its end, trial s, trials
         self._lost = _lost_errors()
@@ -132,7 +133,8 @@ class RayExecutor:
         emulated GPU and a simulation (of the baseline) for every CPU. A real trial's minutes
         hide Ray's process starts; held for seconds, the emulated ones would not."""
         job = Job(dict(self.settings.baseline), None)
-        holds = [self._hold.options(resources={EMULATED_GPU: 1}).remote(({}, 0.0), 1.0)
+        done = ray.put(({}, 0.0))
+        holds = [self._hold.options(resources={EMULATED_GPU: 1}).remote([done], 1, 1.0)
                  for _ in range(int(resources.get(EMULATED_GPU, 0)))]
         sims = [self._simulate.remote(self._settings_ref, job, 1)
                 for _ in range(int(resources.get("CPU", 1)))]
@@ -144,8 +146,8 @@ class RayExecutor:
         if self.emulated:
             gpus = gpus_of(job.config)
             simulated = self._simulate.remote(self._settings_ref, job, gpus)
-            ref = self._hold.options(resources={EMULATED_GPU: gpus}).remote(simulated,
-                                                                              self.speedup)
+            ref = self._hold.options(resources={EMULATED_GPU: gpus}).remote(
+                [simulated], gpus, self.speedup)
         else:
             # spread over the nodes: a trial per node's free CPU or GPUs, not the driver's first
             needs: dict[str, Any] = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
@@ -164,7 +166,11 @@ class RayExecutor:
             self.lost += 1
             return
         self._trials += 1
-        self._emulated_s += float(future.result().facts.get("emulated_s") or 0.0)
+        facts = future.result().facts
+        # GPU time: a tensor-parallel trial holds its GPUs together
+        self._emulated_s += (float(facts.get("emulated_s") or 0.0)
+                             * int(facts.get("emulated_gpus") or 1))
+        self._overrun_s += float(facts.get("emulation_overrun_s") or 0.0)
 
     def searched(self) -> None:
         """The search phase ended (every trial of it told): what followed (the reverted
@@ -175,7 +181,9 @@ class RayExecutor:
         """--emulate-gpus: the makespan on the emulated GPUs (scaled back to a real trial's
         seconds) beside the ideal, every trial's time divided among them: of the search (the
         budget's trials, asked ``--in-flight`` ahead), and of the whole study (its finish
-        proposes trials in rounds, each after the last one's results)."""
+        proposes trials in rounds, each after the last one's results). ``overrun_s``: the
+        holds' time spent waiting for simulations past their end (this machine's CPUs did not
+        keep pace with the emulated GPUs at this speedup: the makespan is that much too long)."""
         if not self.emulated or self._first_s is None:
             return None
         n = self.emulated
@@ -183,13 +191,14 @@ class RayExecutor:
         def phase(end_s: float, seconds: float, trials: int) -> dict[str, Any]:
             makespan = (end_s - self._first_s) * self.speedup
             ideal = seconds / n
-            return {"trials": trials, "trial_seconds": round(seconds, 1),
+            return {"trials": trials, "gpu_seconds": round(seconds, 1),
                     "makespan_s": round(makespan, 1), "ideal_s": round(ideal, 1),
                     "efficiency": round(ideal / makespan, 4) if makespan > 0 else None}
 
         whole = phase(self._last_s, self._emulated_s, self._trials)
         search = phase(*self._search) if self._search is not None else whole
-        return {"gpus": n, "speedup": self.speedup, **whole, "search": search}
+        return {"gpus": n, "speedup": self.speedup, **whole, "search": search,
+                "overrun_s": round(self._overrun_s, 1)}
 
     def close(self) -> None:
         import ray
