@@ -75,24 +75,15 @@ def _simplify(tuner: Tuner, base_row: TrialResult | None, offered: float | None,
     if base_row is None:
         return
     ran = 0
-    base_config = base_row.config
     tried: set[str] = set()
     while ran < max_trials:
-        rows = tuner.ordered_rows()
-        picks = choose_picks(rows, base_row, offered, limit, resolution=resolution, slos=slos)
         proposals = []
-        for pick in picks:
-            for knob in changed_knobs(pick.row, base_config):
-                config = dict(pick.row.config)
-                if knob in base_config:
-                    config[knob] = base_config[knob]
-                else:
-                    config.pop(knob, None)
-                reverted = config_from_json(config)
-                key = config_key(reverted)
-                if key not in tried and key not in tuner.rows:
-                    tried.add(key)
-                    proposals.append(reverted)
+        for reverted in _reversions(tuner.ordered_rows(), base_row, offered, limit, resolution,
+                                    slos):
+            key = config_key(reverted)
+            if key not in tried and key not in tuner.rows:
+                tried.add(key)
+                proposals.append(reverted)
         if not proposals:
             return
         for config in proposals[:max_trials - ran]:  # a round's trials in flight at once
@@ -103,6 +94,23 @@ def _simplify(tuner: Tuner, base_row: TrialResult | None, offered: float | None,
         tuner.drain()
         if tuner.exhausted():
             return
+
+
+def _reversions(rows: list[TrialResult], base_row: TrialResult, offered: float | None,
+                limit: int | None, resolution: float, slos: dict) -> list[ServingConfig]:
+    """Each goal's pick among ``rows`` with one of its changed knobs set back to the
+    baseline's value, pick by pick."""
+    base_config = base_row.config
+    out = []
+    for pick in choose_picks(rows, base_row, offered, limit, resolution=resolution, slos=slos):
+        for knob in changed_knobs(pick.row, base_config):
+            config = dict(pick.row.config)
+            if knob in base_config:
+                config[knob] = base_config[knob]
+            else:
+                config.pop(knob, None)
+            out.append(config_from_json(config))
+    return out
 
 
 def _finalists(picks: list[Pick], rows: list[TrialResult], base_row: TrialResult | None

@@ -156,6 +156,12 @@ def _search(settings: StudySettings, store: StudyStore, evaluator: Evaluator,
     of its trials kept for the reverted configurations (``tune.finalize``) unspent."""
     budget = Budget(settings.trials, settings.seconds)
     reserve = min(SIMPLIFY_TRIALS[kind], (settings.trials or 0) // 5)
+    if settings.strategy == "grid":
+        # A grid's reverted configurations are points of the grid: it spends its whole budget
+        # on the grid (a covered grid ran them all). A reserve would put a barrier (the search's
+        # last trial) before the budget's last trials, and reverted ones need the baseline's
+        # row, which the grid's random order reaches late or not at all.
+        reserve = 0
     tuner = Tuner(store, evaluator, study.space, study.baseline,
                   budget=dataclasses.replace(budget, trials=settings.trials - reserve)
                   if settings.trials and settings.strategy != "rate" else budget,
