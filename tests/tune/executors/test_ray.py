@@ -30,13 +30,19 @@ def cluster() -> Iterator[RayCluster]:
 
 
 def _rows(data) -> list[tuple]:
-    return [(t.number, dict(t.config), t.status, t.metrics.get("output_throughput"))
-            for t in data.trials]
+    return [(t.number, dict(t.config), t.status, t.metrics) for t in data.trials]
 
 
-@pytest.mark.xfail(strict=False, reason="once in five runs (2026-12-06, beside another test "
-                   "under pytest-xdist) the ray study's low-latency pick differed from the local "
-                   "one's: not yet found what in the loop depends on timing (issue 21 note)")
+def _first_difference(a: list[tuple], b: list[tuple]) -> tuple | None:
+    """The first trial that differs, and in which fields (for the assertion's message)."""
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            fields = {k: (x[3].get(k), y[3].get(k)) for k in set(x[3]) | set(y[3])
+                      if x[3].get(k) != y[3].get(k)}
+            return x[0], x[1], y[1], x[2], y[2], fields
+    return None if len(a) == len(b) else ("lengths", len(a), len(b))
+
+
 def test_a_study_on_two_nodes_is_the_local_study(cluster: RayCluster, tmp_path: Path) -> None:
     import ray
 
@@ -51,9 +57,15 @@ def test_a_study_on_two_nodes_is_the_local_study(cluster: RayCluster, tmp_path: 
                                resume=False, execution=execution)
     assert not ray.is_initialized()  # the study disconnected; the cluster runs on
     assert cluster.processes(1)
+    local, remote = _rows(runs["local"]), _rows(runs["ray"])
+    if remote != local:
+        # Seen once in six runs under pytest-xdist beside other tests (2026-12-06), not
+        # reproduced alone or beside CPU hogs; the simulator gives the same rows with one BLAS
+        # thread and another hash seed. Kept visible with its first differing trial until
+        # found (issue 21's note).
+        pytest.xfail(f"the ray study diverged: {_first_difference(local, remote)}")
     assert [(p.goal, p.trial, p.command) for p in runs["ray"].picks] == \
         [(p.goal, p.trial, p.command) for p in runs["local"].picks]
-    assert _rows(runs["ray"]) == _rows(runs["local"])
     assert len(runs["local"].picks) == 4 and len(runs["local"].trials) >= 64
 
 

@@ -114,7 +114,7 @@ class Scheduler:
         parent = hashes[-1] if hashes else 0
         for i in range(len(hashes), upto_blocks):
             end = (i + 1) * bs
-            content = ids[i * bs:end] if end <= req.prompt_len else ("out", req.rid, i)
+            content = ids[i * bs:end] if end <= req.prompt_len else (-1, req.rid, i)
             parent = hash((parent, content))
             hashes.append(parent)
         return hashes

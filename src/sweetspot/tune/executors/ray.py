@@ -43,9 +43,11 @@ def _lost_errors() -> tuple[type[BaseException], ...]:
     """Ray's errors for a task whose worker or node went away (not the task's own error)."""
     import ray.exceptions as rex
 
+    # OutOfMemoryError: Ray's memory monitor killed the worker (the host ran short, which on a
+    # shared machine is seldom the trial's own doing)
     names = ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError",
              "ActorDiedError", "OwnerDiedError", "ObjectLostError", "RaySystemError",
-             "TaskUnschedulableError")
+             "TaskUnschedulableError", "OutOfMemoryError")
     return tuple(getattr(rex, n) for n in names if hasattr(rex, n))
 
 
