@@ -146,6 +146,7 @@ def test_usage_chunk_only_when_asked(fast_url):
     assert all(m["usage"] is None for m in reply.messages)
 
 
+@pytest.mark.serial  # a timing bound on a local server: CI read 142 ms beside xdist's other tests
 def test_chat_stream_and_tokens_per_chunk():
     config = MockServerConfig(ttft_s=0.02, itl_s=0.01, tokens_per_chunk=4)
     payload = {"messages": [{"role": "system", "content": "be brief"},

@@ -16,8 +16,9 @@ ratio is unbounded and the pair is dropped from the interval but named in the ve
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,10 +26,16 @@ from scipy import stats
 
 from sweetspot.spec.knobs import ServingConfig
 from sweetspot.tune.evaluate import Evaluator
+from sweetspot.tune.executors.base import WorkerLost
 from sweetspot.tune.result import TrialResult
 
-__all__ = ["LEVEL", "Confirmation", "confirm_finalists", "paired_difference_interval",
-           "paired_ratio_interval", "welch_interval"]
+__all__ = ["LEVEL", "Confirmation", "Pairs", "confirm_finalists", "paired_difference_interval",
+           "paired_ratio_interval", "repeat_pairs", "welch_interval"]
+
+# Runs ``repeats`` pairs of the configurations, interleaved, on one machine, at the offered
+# rate given: each one's capacities (tok/s, 0 for a failed run) by repeat (``repeat_pairs``, or
+# an executor's ``pairs``).
+Pairs = Callable[[Sequence[ServingConfig], int, float | None], list[list[float]]]
 
 LEVEL = 0.975
 
@@ -123,16 +130,35 @@ def verdict_of(a: Sequence[float], b: Sequence[float], numbers: tuple[int, int]
 
 def confirm_finalists(evaluator: Evaluator,
                       finalists: Sequence[tuple[TrialResult, ServingConfig]],
-                      repeats: int) -> Confirmation | None:
+                      repeats: int, pairs: Pairs | None = None) -> Confirmation | None:
     """``finalists``: two (row, config), the candidate first. Each row's own trial counts as
     its first run (same seed for both: already a pair); ``repeats`` more pairs follow,
-    interleaved, each pair on a fresh seed."""
+    interleaved, each pair on a fresh seed, on one machine: here (``evaluator``), or where
+    ``pairs`` runs them (``--executor ray``: one task on one node)."""
     if len(finalists) < 2 or repeats < 1:
         return None
-    samples: list[list[float]] = [[row.throughput] for row, _ in finalists[:2]]
-    for repeat in range(1, repeats + 1):
-        for i, (_, config) in enumerate(finalists[:2]):
-            row, _ = evaluator.evaluate(config, repeat=repeat)
-            samples[i].append(row.throughput if row.status == "ok" else 0.0)
+    configs = [config for _, config in finalists[:2]]
+    if pairs is None:
+        more = repeat_pairs(evaluator, configs, repeats)
+    else:
+        try:
+            more = pairs(configs, repeats, evaluator.rate)
+        except WorkerLost as lost:  # twice: the picks stand unconfirmed, as with --confirm 0
+            logging.getLogger(__name__).warning("the finalists' confirmation was not run: %s",
+                                                lost)
+            return None
+    samples = [[row.throughput, *runs] for (row, _), runs in zip(finalists[:2], more,
+                                                                  strict=True)]
     numbers = (finalists[0][0].number or 0, finalists[1][0].number or 0)
     return verdict_of(samples[0], samples[1], numbers)
+
+
+def repeat_pairs(evaluator: Evaluator, configs: Sequence[ServingConfig], repeats: int
+                 ) -> list[list[float]]:
+    """Repeats 1..``repeats`` of each configuration, A B A B …: capacities (0 if failed)."""
+    samples: list[list[float]] = [[] for _ in configs]
+    for repeat in range(1, repeats + 1):
+        for i, config in enumerate(configs):
+            row, _ = evaluator.evaluate(config, repeat=repeat)
+            samples[i].append(row.throughput if row.status == "ok" else 0.0)
+    return samples

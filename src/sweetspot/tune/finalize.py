@@ -60,7 +60,8 @@ def finalize_picks(settings: StudySettings, tuner: Tuner, evaluator: Evaluator,
     if on_phase is not None:
         on_phase("confirming finalists")
     finalists = _finalists(picks, tuner.ordered_rows(), base_row)
-    confirmation = confirm_finalists(evaluator, finalists, settings.confirm_repeats)
+    confirmation = confirm_finalists(evaluator, finalists, settings.confirm_repeats,
+                                     pairs=getattr(tuner.executor, "pairs", None))
     picks = _confirmed(picks, confirmation, base_row, tuner.ordered_rows(), resolution)
     return picks, confirmation
 

@@ -30,7 +30,7 @@ def cluster() -> Iterator[RayCluster]:
 
 
 def _rows(data) -> list[tuple]:
-    return [(t.number, dict(t.config), t.status, t.metrics) for t in data.trials]
+    return [(t.number, dict(t.config), t.status, t.metrics, t.cause) for t in data.trials]
 
 
 def _first_difference(a: list[tuple], b: list[tuple]) -> tuple | None:
@@ -39,7 +39,7 @@ def _first_difference(a: list[tuple], b: list[tuple]) -> tuple | None:
         if x != y:
             fields = {k: (x[3].get(k), y[3].get(k)) for k in set(x[3]) | set(y[3])
                       if x[3].get(k) != y[3].get(k)}
-            return x[0], x[1], y[1], x[2], y[2], fields
+            return x[0], x[1], y[1], x[2], y[2], x[4], y[4], fields
     return None if len(a) == len(b) else ("lengths", len(a), len(b))
 
 
@@ -67,6 +67,35 @@ def test_a_study_on_two_nodes_is_the_local_study(cluster: RayCluster, tmp_path: 
     assert [(p.goal, p.trial, p.command) for p in runs["ray"].picks] == \
         [(p.goal, p.trial, p.command) for p in runs["local"].picks]
     assert len(runs["local"].picks) == 4 and len(runs["local"].trials) >= 64
+
+
+def test_the_finalists_confirmation_runs_as_one_task(cluster: RayCluster, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both finalists' repeats in one Ray task (one node, A B A B ...): the confirmation the
+    local study makes, sample for sample."""
+    from sweetspot.tune.executors.ray import RayExecutor
+    from sweetspot.tune.study import run_study
+
+    tasks: list[int] = []
+    pairs = RayExecutor.pairs
+
+    def counted(self, configs, repeats, rate):
+        tasks.append(repeats)
+        return pairs(self, configs, repeats, rate)
+
+    monkeypatch.setattr(RayExecutor, "pairs", counted)
+    settings = tune_settings_of(**{**OPTIONS, "confirm": 2}, trials=16, study_name="c").study
+    confirmed = {}
+    for name, execution in (("local", Execution("local", in_flight=4)),
+                            ("ray", Execution("ray", in_flight=4,
+                                              ray_address=cluster.address))):
+        data = run_study(settings, f"sqlite:///{tmp_path / (name + '.db')}", resume=False,
+                         execution=execution)
+        confirmed[name] = data.confirmation
+    assert tasks == [2]  # one task ran both finalists' two repeats
+    assert confirmed["local"] is not None
+    assert confirmed["ray"] == confirmed["local"]
+    assert len(confirmed["local"]["samples"][0]) == 3  # the trial's own run and two repeats
 
 
 def test_a_node_killed_mid_study_loses_no_finished_trial(tmp_path: Path) -> None:

@@ -87,20 +87,38 @@ class LocalExecutor:
 _EVALUATORS: dict[str, Evaluator] = {}
 
 
-def evaluate_job(settings: StudySettings, job: Job) -> dict[str, Any]:
-    """Run ``job`` in a worker process with the evaluator ``settings`` define (built once per
-    process); the row as JSON (a ``TrialResult``'s mappings are read-only views, which do not
-    pickle)."""
+def _evaluator(settings: StudySettings) -> Evaluator:
+    """This worker process's evaluator of ``settings`` (built once per process)."""
     from sweetspot.tune.study import study_evaluator
-    from sweetspot.tune.tuner import config_from_json
 
     key = json.dumps(settings.to_dict(), sort_keys=True, default=str)
     evaluator = _EVALUATORS.get(key)
     if evaluator is None:
         evaluator = _EVALUATORS[key] = study_evaluator(settings)
+    return evaluator
+
+
+def evaluate_job(settings: StudySettings, job: Job) -> dict[str, Any]:
+    """Run ``job`` in a worker process with the evaluator ``settings`` define; the row as
+    JSON (a ``TrialResult``'s mappings are read-only views, which do not pickle)."""
+    from sweetspot.tune.tuner import config_from_json
+
+    evaluator = _evaluator(settings)
     evaluator.rate = job.rate
     result, _ = evaluator.evaluate(config_from_json(job.config), repeat=job.repeat)
     return result.to_dict()
+
+
+def pairs_job(settings: StudySettings, configs: list[dict[str, Any]], repeats: int,
+              rate: float | None) -> list[list[float]]:
+    """The finalists' confirmation repeats (``confirm.repeat_pairs``), all in this worker
+    process: A and B interleaved on one machine, so its drift falls on both."""
+    from sweetspot.tune.confirm import repeat_pairs
+    from sweetspot.tune.tuner import config_from_json
+
+    evaluator = _evaluator(settings)
+    evaluator.rate = rate
+    return repeat_pairs(evaluator, [config_from_json(c) for c in configs], repeats)
 
 
 def chained(job: Job, inner: Future[Any], lost: tuple[type[BaseException], ...]

@@ -20,12 +20,15 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
 from sweetspot._errors import SweetspotError
+from sweetspot.spec.knobs import ServingConfig
+from sweetspot.tune.evaluate import config_to_json
 from sweetspot.tune.executors import Execution
-from sweetspot.tune.executors.base import Job, WorkerLost, chained, evaluate_job
+from sweetspot.tune.executors.base import Job, WorkerLost, chained, evaluate_job, pairs_job
 from sweetspot.tune.executors.emulate import EMULATED_GPU, hold, simulate
 from sweetspot.tune.result import TrialResult
 from sweetspot.tune.settings import StudySettings
@@ -116,6 +119,7 @@ class RayExecutor:
         self.slots = max(1, int(resources.get(unit, 1)))
         self._settings_ref = ray.put(settings)
         self._task = ray.remote(max_retries=0)(evaluate_job)
+        self._pairs = ray.remote(max_retries=0)(pairs_job)
         self._simulate = ray.remote(max_retries=0, num_cpus=1)(simulate)
         self._hold = ray.remote(max_retries=0, num_cpus=0)(hold)
         if self.emulated:
@@ -173,6 +177,26 @@ class RayExecutor:
         self._emulated_s += (float(facts.get("emulated_s") or 0.0)
                              * int(facts.get("emulated_gpus") or 1))
         self._overrun_s += float(facts.get("emulation_overrun_s") or 0.0)
+
+    def pairs(self, configs: Sequence[ServingConfig], repeats: int, rate: float | None
+              ) -> list[list[float]]:
+        """The finalists' confirmation as one task: both configurations' repeats, interleaved,
+        on one node (with the larger one's GPUs, real trials). A lost worker's task runs once
+        more."""
+        import ray
+
+        needs: dict[str, Any] = {"num_cpus": 1}
+        if self._real:
+            needs["num_gpus"] = max(gpus_of(config_to_json(c)) for c in configs)
+        jsons = [config_to_json(c) for c in configs]
+        for attempt in range(2):
+            ref = self._pairs.options(**needs).remote(self._settings_ref, jsons, repeats, rate)
+            try:
+                return ray.get(ref)
+            except self._lost as exc:
+                if attempt:
+                    raise WorkerLost(f"its worker was lost twice (last: {exc})") from None
+        raise AssertionError("unreachable")
 
     def searched(self) -> None:
         """The search phase ended (every trial of it told): what followed (the reverted
