@@ -117,7 +117,9 @@ class RayExecutor:
                                  f"has no {EMULATED_GPU} resources (ray start --resources "
                                  f"'{{\"{EMULATED_GPU}\": N}}' on its nodes)")
         self.slots = max(1, int(resources.get(unit, 1)))
-        self._settings_ref = ray.put(settings)
+        # The settings go with every task, by value (a few kB, inlined in the task): an object
+        # put here would be fetched from this process, and a worker that cannot reach it under
+        # load fails its task with OwnerDiedError (CI: a trial lost twice that way).
         self._task = ray.remote(max_retries=0)(evaluate_job)
         self._pairs = ray.remote(max_retries=0)(pairs_job)
         self._simulate = ray.remote(max_retries=0, num_cpus=1)(simulate)
@@ -142,7 +144,7 @@ class RayExecutor:
         done = ray.put(({}, 0.0))
         holds = [self._hold.options(resources={EMULATED_GPU: 1}).remote([done], 1, 1.0)
                  for _ in range(int(resources.get(EMULATED_GPU, 0)))]
-        sims = [self._simulate.remote(self._settings_ref, job, 1)
+        sims = [self._simulate.remote(self.settings, job, 1)
                 for _ in range(int(resources.get("CPU", 1)))]
         ray.get(holds + sims)
 
@@ -151,7 +153,7 @@ class RayExecutor:
             self._first_s = time.monotonic()
         if self.emulated:
             gpus = gpus_of(job.config)
-            simulated = self._simulate.remote(self._settings_ref, job, gpus)
+            simulated = self._simulate.remote(self.settings, job, gpus)
             ref = self._hold.options(resources={EMULATED_GPU: gpus}).remote(
                 [simulated], gpus, self.speedup)
         else:
@@ -159,7 +161,7 @@ class RayExecutor:
             needs: dict[str, Any] = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
             if self._real:
                 needs["num_gpus"] = gpus_of(job.config)
-            ref = self._task.options(**needs).remote(self._settings_ref, job)
+            ref = self._task.options(**needs).remote(self.settings, job)
         self._running[ref] = None
         future = chained(job, ref.future(), self._lost)
         future.add_done_callback(lambda f: self._finished(ref, f))
@@ -190,7 +192,7 @@ class RayExecutor:
             needs["num_gpus"] = max(gpus_of(config_to_json(c)) for c in configs)
         jsons = [config_to_json(c) for c in configs]
         for attempt in range(2):
-            ref = self._pairs.options(**needs).remote(self._settings_ref, jsons, repeats, rate)
+            ref = self._pairs.options(**needs).remote(self.settings, jsons, repeats, rate)
             try:
                 return ray.get(ref)
             except self._lost as exc:
