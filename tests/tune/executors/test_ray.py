@@ -58,12 +58,12 @@ def test_a_study_on_two_nodes_is_the_local_study(cluster: RayCluster, tmp_path: 
     assert not ray.is_initialized()  # the study disconnected; the cluster runs on
     assert cluster.processes(1)
     local, remote = _rows(runs["local"]), _rows(runs["ray"])
-    if remote != local:
-        # Seen once in six runs under pytest-xdist beside other tests (2026-12-06), not
-        # reproduced alone or beside CPU hogs; the simulator gives the same rows with one BLAS
-        # thread and another hash seed. Kept visible with its first differing trial until
-        # found (issue 21's note).
-        pytest.xfail(f"the ray study diverged: {_first_difference(local, remote)}")
+    lost = [r[4] for r in remote if "worker was lost" in (r[4] or "")]
+    if lost and remote != local:
+        # A trial whose worker Ray lost twice is recorded failed (the contract), and the
+        # sampler then sees another history; any other difference is a divergence and fails.
+        pytest.xfail(f"Ray lost a worker twice: {lost[0]}")
+    assert remote == local, f"the ray study diverged: {_first_difference(local, remote)}"
     assert [(p.goal, p.trial, p.command) for p in runs["ray"].picks] == \
         [(p.goal, p.trial, p.command) for p in runs["local"].picks]
     assert len(runs["local"].picks) == 4 and len(runs["local"].trials) >= 64
