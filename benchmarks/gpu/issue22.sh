@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Issue 22's measurements on the lent GPU (run there from the repo root, after install.sh):
+#   start   - writes the Qwen3-14B-shaped dummy model, then runs `batch` in its own process
+#             session (it outlives the call) and waits as `wait` does;
+#   wait    - waits until the batch is done or $LIMIT seconds (default 560) passed, then copies
+#             what it has so far to $OUT; call it again, right away, until it says "done";
+#   batch   - two servers of vLLM 0.24's defaults (CUDA graphs, torch.compile, async
+#             scheduling, chunked prefill, prefix caching), one run after another on each:
+#             A (max-model-len 32768, utilisation 0.9):
+#               1. ShareGPT-like (P7's means) 500 at rate inf on the fresh server, no warm-up:
+#                  the start-up transient (item 5);
+#               2. the same, 1000 requests, warmed: saturated burst (items 3, 9);
+#               3. one prompt at a time of 128 ... 24576 tokens, one output token: prefill time
+#                  by chunk size and context (item 3), the front end at light load (item 4);
+#               4. 256 in / 256 out in closed loops of 1, 8 and 32: small-batch decode (8, 9);
+#               5. random 2000/100, 4000/200 and 128/4 at rate inf (P7's runs on 0.24);
+#               6. 2000-token prompts with 0, 1000 and 1800 tokens shared: prefix caching (7);
+#               7. ShareGPT-like Poisson at 8 req/s: moderate load (8, 9);
+#               8. 20000 in / 200 out in a closed loop of 16: the convoy check (item 2);
+#             B (utilisation 0.5: a small KV cache):
+#               9. 512 in / 256 out, 600 at rate inf: KV over-subscription (item 6);
+#              10. the same in a closed loop of 64 (fits the cache): the reference.
+# Every run: sweetspot bench --json --detailed (vLLM's keys and every request's times) under
+# /tmp/i22/runs; the servers' logs beside. Results come back as one tarball.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHONPATH=/tmp/gpu-site:$PWD/src VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-$PWD/gpu-out}
+D=/tmp/i22
+M=/tmp/qwen3-14b-dummy
+W=benchmarks/gpu/i22
+PORT=8022
+mkdir -p "$OUT" "$D/runs"
+
+serve() {  # serve NAME OPTIONS...: start a server in the background, wait for /health
+    local name=$1; shift
+    echo "== server $name $(date -u +%T): $*"
+    setsid python3 -m vllm.entrypoints.openai.api_server --model "$M/model" \
+        --tokenizer "$M/tokenizer" --load-format dummy --port $PORT "$@" \
+        > "$D/runs/server-$name.log" 2>&1 < /dev/null &
+    SERVER=$!
+    local start=$SECONDS
+    until curl -sf "http://127.0.0.1:$PORT/health" > /dev/null; do
+        if ! kill -0 $SERVER 2> /dev/null; then echo "server $name died"; tail -20 \
+            "$D/runs/server-$name.log"; return 1; fi
+        [ $((SECONDS - start)) -gt 600 ] && { echo "server $name: no health"; return 1; }
+        sleep 2
+    done
+    echo "== server $name up in $((SECONDS - start)) s"
+}
+
+stop() {
+    kill -INT -- -$SERVER 2> /dev/null
+    for _ in $(seq 60); do kill -0 $SERVER 2> /dev/null || break; sleep 1; done
+    kill -KILL -- -$SERVER 2> /dev/null
+    sleep 3
+}
+
+bench() {  # bench NAME WORKLOAD N [options]: one run on the server, its JSON under runs/
+    local name=$1 workload=$2 n=$3; shift 3
+    echo "== $name $(date -u +%T)"
+    timeout -s INT 300 python3 -m sweetspot.cli bench --url "http://127.0.0.1:$PORT" \
+        --workload "$W/$workload.json" --num-requests "$n" --json "$D/runs/$name.json" \
+        --detailed --vocab-size 32000 "$@" 2>&1 | tail -n 4
+}
+
+batch() {
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    if serve A --max-model-len 32768; then
+        bench a01-sharegpt-fresh sharegpt-228-202 500 --rate inf --warmup 0
+        bench a02-sharegpt-inf sharegpt-228-202 1000 --rate inf
+        for p in 128 512 1024 2048 4096 8192 16384 24576; do
+            bench a03-prefill-$p prefill-$p 4 --concurrency 1 --warmup 0 --seed $p
+        done
+        bench a04-decode-c1 decode-256-256 6 --concurrency 1
+        bench a04-decode-c8 decode-256-256 48 --concurrency 8
+        bench a04-decode-c32 decode-256-256 128 --concurrency 32
+        bench a05-random-2000-100 random-2000-100 200 --rate inf
+        bench a05-random-4000-200 random-4000-200 100 --rate inf
+        bench a05-random-128-4 random-128-4 1000 --rate inf
+        for p in 0 1000 1800; do bench a06-prefix-$p prefix-$p 300 --rate inf --seed $p; done
+        bench a07-sharegpt-poisson8 sharegpt-228-202 400 --rate 8 --seed 7
+        bench a08-closed-20000 closed-20000-200 48 --concurrency 16
+        stop
+    fi
+    if serve B --max-model-len 4096 --gpu-memory-utilization 0.5; then
+        bench b09-oversub-inf oversub-512-256 600 --rate inf
+        bench b10-oversub-c64 oversub-512-256 300 --concurrency 64
+        stop
+    fi
+    echo "== batch done $(date -u +%T)"
+}
+
+collect() {
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt"
+    cp $D/batch.log "$OUT/" 2> /dev/null
+    tar czf "$OUT/runs.tgz" -C $D runs
+    ls -la "$OUT"
+}
+
+wait_batch() {
+    local end=$((SECONDS + ${LIMIT:-560}))
+    while [ ! -f $D/done ] && [ $SECONDS -lt $end ]; do sleep 5; done
+    tail -n 40 $D/batch.log 2> /dev/null
+    collect
+    [ -f $D/done ] && echo "done" || echo "still running: call '$0 wait' again"
+}
+
+case "${1:-}" in
+  start)
+    [ -f "$M/model/config.json" ] || python3 -m sweetspot.cli testing make-model "$M" \
+        --layers 40 --hidden 5120 --heads 40 --kv-heads 8 --intermediate 17408 \
+        --vocab 151936 --max-position 40960 --no-tie-embeddings > /dev/null
+    rm -f $D/done
+    setsid nohup bash -c "'$0' batch > $D/batch.log 2>&1; touch $D/done" < /dev/null \
+        > /dev/null 2>&1 &
+    wait_batch ;;
+  wait) wait_batch ;;
+  batch) batch ;;
+  *) echo "usage: $0 start|wait"; exit 2 ;;
+esac
