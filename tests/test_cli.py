@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from sweetspot.spec.version import DEFAULT_VLLM_VERSION
 from tests.conftest import run_cli
 
 GUIDE = ("vllm serve Qwen/Qwen2.5-14B-Instruct --max-num-seqs 256 --max-model-len 8192 "
@@ -157,6 +158,25 @@ def test_simulate_prints_the_bench_table_and_server_facts(tmp_path):
     assert data["simulator"]["step_model"] == "roofline"
 
 
+@pytest.mark.parametrize(("args", "engine", "note"), [
+    (("--vllm-version", "0.6.3"), "V0", ""),
+    (("--vllm-version", "0.7.3", "--set", "num_scheduler_steps=10"), "V0, multi-step 10", ""),
+    (("--vllm-version", "0.19.1.dev12+gabc"), "V1, async scheduling",
+     "warning: vLLM 0.19.1.dev12+gabc is a development release build: taken as 0.19.1"),
+    (("--vllm-version", "nightly", "--offline"), "V1, async scheduling, offline (no API server)",
+     "warning: vLLM nightly is taken as 0.33.0, the newest release sweetspot has checked"),
+])
+def test_simulate_any_release_from_0_6_and_offline(tmp_path, args, engine, note):
+    out = tmp_path / "sim.json"
+    result = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100", "--num-requests",
+                     "50", "--json", str(out), *args)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == note.replace("0.33.0", str(DEFAULT_VLLM_VERSION))
+    data = json.loads(out.read_text())
+    assert data["simulator"]["engine"] == engine and data["completed"] == 50
+    assert data["sweetspot"]["offline"] is ("--offline" in args)
+
+
 def test_simulate_a_config_vllm_refuses_is_a_failed_trial_not_an_error(tmp_path):
     out = tmp_path / "sim.json"
     result = run_cli("simulate", "--model", "llama-3.1-70b", "--gpu", "l4", "--num-requests",
@@ -178,6 +198,9 @@ def test_simulate_a_config_vllm_refuses_is_a_failed_trial_not_an_error(tmp_path)
     (("--gpu", "tpu-v9"), "unknown"),
     (("--workload", "missing.yaml"), ""),
     (("--acceptance", "2"), "--acceptance"),
+    (("--offline", "--rate", "3"), "--offline hands the engine every request at once"),
+    (("--offline", "--concurrency", "3"), "leave out --rate and --concurrency"),
+    (("--vllm-version", "0.5.4"), "older than the oldest release sweetspot knows (0.6.0)"),
 ])
 def test_simulate_bad_input_is_one_line_exit_2(args, message):
     result = run_cli("simulate", "--num-requests", "5", *args)

@@ -5,7 +5,7 @@
 #   benchmarks/gpu/make_bundle.sh
 #
 # Output, in the git-ignored folder .gpu-bundle/ at the repo root:
-#   part-00, part-01, ...   the bundle tar split into 58 MiB pieces (one `run` carries one piece
+#   part-00, part-01, ...   the bundle tar split into 50 MiB pieces (one `run` carries one piece
 #                           beside the ~2 MB working tree, under the 64 MiB a call carries)
 #   SHA256SUMS              sha256 of the whole tar and of every part
 # Working folders (also ignored, never carried): .gpu-bundle/cache (pristine downloads, reused by
@@ -19,7 +19,7 @@ OUTDIR=$ROOT/.gpu-bundle
 CACHE=$OUTDIR/cache
 BUILD=$OUTDIR/build
 TAR_NAME=sweetspot-gpu-bundle.tar
-PART_SIZE=${PART_SIZE:-58M}
+PART_SIZE=${PART_SIZE:-50M}  # the working tree (~10 MB) travels with each part: 64 MiB in all
 PY=${PYTHON:-python3}
 
 VLLM_WHEEL=vllm-0.24.0-cp38-abi3-manylinux_2_28_x86_64.whl

@@ -69,3 +69,23 @@ def test_other_defaults():
     assert vllm_default("block_size", v("0.32.0"), load_hardware("cpu")) == 128
     assert vllm_default("num_scheduler_steps", v("0.10.0"), hw) == 1
     assert vllm_default("num_scheduler_steps", v("0.10.1"), hw) is None
+
+
+def test_v0_releases_defaults():
+    """0.6/0.7 (V0): 256 sequences on every GPU, no prefix caching, whole prompts of
+    max(max_model_len, 2048) tokens a step, chunked prefill (512 tokens a step) only over 32K."""
+    hw = load_hardware("h100")
+    short = resolve_defaults(ServingConfig(), v("0.6.3"), hw, model_max_len=8192)
+    assert (short.max_num_seqs, short.enable_prefix_caching, short.enable_chunked_prefill,
+            short.max_num_batched_tokens, short.gpu_memory_utilization,
+            short.num_scheduler_steps) == (256, False, False, 8192, 0.9, 1)
+    assert resolve_defaults(ServingConfig(max_model_len=1024), v("0.7.3"), hw,
+                            model_max_len=8192).max_num_batched_tokens == 2048
+    long = resolve_defaults(ServingConfig(), v("0.7.3"), hw, model_max_len=131072)
+    assert (long.enable_chunked_prefill, long.max_num_batched_tokens) == (True, 512)
+    assert resolve_defaults(ServingConfig(max_model_len=32768), v("0.7.3"), hw,
+                            model_max_len=131072).enable_chunked_prefill is False
+    # V1 from 0.8.0: the usage-context batch defaults and prefix caching on.
+    v1 = resolve_defaults(ServingConfig(), v("0.8.0"), hw, model_max_len=8192)
+    assert (v1.max_num_seqs, v1.enable_prefix_caching, v1.max_num_batched_tokens) == (
+        1024, True, 8192)

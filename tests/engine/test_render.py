@@ -36,6 +36,18 @@ def test_flags_a_release_lacks_are_left_out_with_a_note():
     assert ("--num-scheduler-steps", 8) in old.options
 
 
+def test_speculation_before_0_8_3_is_spelled_with_the_old_flags():
+    flags = dict(render_serve(CONFIG, "m", v("0.6.3")).options)
+    assert (flags["--speculative-model"], flags["--num-speculative-tokens"],
+            flags["--ngram-prompt-lookup-max"]) == ("[ngram]", 4, 4)
+    assert "--speculative-config" not in flags and flags["--num-scheduler-steps"] == 8
+    draft = ServingConfig(speculative=SpeculativeConfig("draft_model", 3, model="d"))
+    assert dict(render_serve(draft, "m", v("0.8.2")).options) == {
+        "--speculative-model": "d", "--num-speculative-tokens": 3}
+    mtp = render_serve(ServingConfig(speculative=SpeculativeConfig("mtp", 1)), "m", v("0.7.3"))
+    assert not mtp.options and "no flag for it" in mtp.notes[0]
+
+
 def test_rendered_command_parses_back():
     rendered = render_serve(CONFIG, "Qwen/Qwen2.5-7B-Instruct", v("0.33.0"))
     cmd = parse_serve_command(rendered.command(), flag_table())

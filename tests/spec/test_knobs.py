@@ -1,5 +1,7 @@
 import pytest
+from packaging.version import Version
 
+import sweetspot.spec.version as version_module
 from sweetspot import SweetspotError
 from sweetspot.spec.knobs import (
     KNOBS,
@@ -7,6 +9,7 @@ from sweetspot.spec.knobs import (
     SpeculativeConfig,
     knob,
 )
+from sweetspot.spec.version import DEFAULT_VLLM_VERSION, NotARelease
 from sweetspot.spec.version import parse_vllm_version as v
 
 
@@ -42,7 +45,22 @@ def test_speculative_config_json_round_trip():
 
 def test_versions():
     assert v("v0.10.1.1") < v("0.11.0") < v("0.33.0+cu128") == v("0.33.0")
+    assert v("0.6.0") < v("0.6.3") < v("0.7.3") < v("0.8.0")  # the V0 releases
     with pytest.raises(SweetspotError, match="not a vLLM version"):
-        v("latest")
-    with pytest.raises(SweetspotError, match="older than"):
+        v("newest")
+    with pytest.raises(SweetspotError, match="older than the oldest release sweetspot knows "
+                                             r"\(0.6.0\)"):
         v("0.5.4")
+
+
+@pytest.mark.parametrize(("text", "taken", "note"), [
+    ("0.19.1.dev12+gabc", "0.19.1", "development release build: taken as 0.19.1"),
+    ("0.11.0rc2", "0.11.0", "pre-release build: taken as 0.11.0"),
+    ("nightly", str(DEFAULT_VLLM_VERSION), "the newest release sweetspot has checked"),
+    ("main", str(DEFAULT_VLLM_VERSION), "the newest release sweetspot has checked"),
+])
+def test_builds_that_are_not_releases_are_taken_as_one_with_a_note(text, taken, note,
+                                                                    monkeypatch):
+    monkeypatch.setattr(version_module, "_NOTED", set())  # noted once a process
+    with pytest.warns(NotARelease, match=note):
+        assert v(text) == Version(taken)

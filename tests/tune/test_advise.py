@@ -77,6 +77,20 @@ def test_guide_notes_follow_the_release():
     assert "num-scheduler-steps" not in old  # still there in 0.10.0
 
 
+def test_v0_releases_turn_prefix_caching_on_and_speak_their_flags():
+    """0.6/0.7 (V0): prefix caching is off by default, speculation is --speculative-model."""
+    advice = guide_setup(version="0.6.3", gpu="h100", model="llama-3.1-8b", quant=None)
+    by_goal = {p.goal: p for p in advice.picks}
+    assert all("--enable-prefix-caching" in p.command for p in advice.picks)  # chat's prefix
+    assert "off by default in 0.6.3's V0 engine" in " ".join(by_goal["balanced"].reasons)
+    low = by_goal["low-latency"].command
+    assert "--speculative-model '[ngram]' --num-speculative-tokens" in low
+    assert "--speculative-config" not in low
+    notes = " ".join(advice.guide_notes)
+    assert "are 0.6.3's flags" in notes and "prefix caching off" in notes
+    assert "V0 multi-step scheduling" in notes
+
+
 def test_quantisation_follows_the_checkpoint(qwen_folder):
     """No --quant: what the checkpoint is (a bf16 folder stays bf16, the guide's AWQ id stays
     AWQ); another scheme names its own checkpoint, or is applied at load time (fp8)."""

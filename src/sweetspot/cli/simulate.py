@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from sweetspot._errors import SweetspotError
 from sweetspot.cli._common import (
     CpuKvOpt,
     ModelOpt,
@@ -47,6 +49,10 @@ def simulate(
     seed: Annotated[int | None, typer.Option()] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the result here.")
                          ] = None,
+    offline: Annotated[bool, typer.Option(
+        "--offline", help="No API server: the engine in-process, as LLM.generate and `vllm "
+                          "bench throughput` run it (every request at once, no warm-up).")
+                       ] = False,
 ) -> int:
     """Predict what `sweetspot bench` would measure for a configuration, without a GPU.
 
@@ -58,18 +64,24 @@ def simulate(
     from sweetspot.spec.loaders import load_workload
     from sweetspot.spec.requests import sample_requests
 
+    if offline and (concurrency is not None or rate not in (None, "inf")):
+        raise SweetspotError("--offline hands the engine every request at once (LLM.generate):"
+                             " leave out --rate and --concurrency")
     setup = _sim_setup(model, gpu, quant, settings, vllm_version, cpu_kvcache_space, acceptance)
+    setup = dataclasses.replace(setup, offline=offline)
     step_model = None
     if calibration is not None:
         step_model = load_calibration(calibration, setup.hardware, setup.arch).step_model
-    wl = _override_arrivals(load_workload(workload), rate, concurrency, 1.0)
+    wl = _override_arrivals(load_workload(workload), "inf" if offline else rate, concurrency,
+                            1.0)
     requests = sample_requests(wl, num_requests, seed=seed, vocab_size=setup.arch.vocab_size)
     run = run_sim(setup, requests, max_concurrency=concurrency, model=step_model,
-                  seed=seed or 0)
+                  seed=seed or 0, warmup=0 if offline else 1)
     data: dict = {"status": run.status, "cause": run.cause}
     data.update(_print_ran(run, step_model) if run.status == "ok" else _print_refused(setup, run))
     data["sweetspot"] = {"model": setup.arch.name, "gpu": setup.hardware.name,
                          "quant": setup.quant.name, "vllm_version": str(setup.version),
+                         "offline": offline,
                          "workload": wl.name, "num_requests": len(requests),
                          "config": {k: (v.to_dict() if hasattr(v, "to_dict") else v)
                                     for k, v in run.config.explicit().items()}}
@@ -93,6 +105,7 @@ def _print_ran(run, step_model) -> dict:
     _print_sim_facts(run)
     facts = run.facts
     return {**result.to_dict(), "simulator": {
+        "engine": facts.engine,
         "kv_cache_tokens": facts.kv_cache_tokens, "max_concurrency": facts.max_concurrency,
         "peak_kv_usage": facts.peak_kv_usage, "preemptions": facts.preemptions,
         "prefix_cache_hit_rate": facts.prefix_hit_rate,
@@ -134,6 +147,7 @@ def _print_sim_facts(run) -> None:
     table.add_column("value", justify="right")
     share = facts.compute_bound_share
     rows = [
+        ("Engine", facts.engine),
         ("KV cache capacity (tokens)", f"{facts.kv_cache_tokens:,}"),
         (f"Max concurrency at {memory.max_model_len:,} tokens", f"{facts.max_concurrency:.2f}x"),
         ("Peak KV cache usage", f"{facts.peak_kv_usage:.1%}"),

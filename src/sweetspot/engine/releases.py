@@ -31,14 +31,27 @@ __all__ = [
     "LARGE_BATCH_DEFAULTS_SINCE",
     "NUM_SCHEDULER_STEPS_REMOVED",
     "PERFORMANCE_MODE_SINCE",
+    "SPECULATIVE_CONFIG_SINCE",
+    "V1_ENGINE_SINCE",
     "YAML_FALSE_SINCE",
     "YAML_NESTED_SINCE",
     "resolve_defaults",
+    "v0_chunked_prefill",
     "vllm_default",
 ]
 
+# The V1 engine is the default (V0 before; from 0.8 to 0.10 V0 still runs where V1 cannot, e.g.
+# multi-step scheduling). V0's defaults: 256 sequences, no prefix caching, chunked prefill only
+# for contexts over 32K with 512-token steps, whole prompts of max(max_model_len, 2048) tokens
+# otherwise (vllm/engine/arg_utils.py and vllm/config.py of 0.6.x-0.7.x).
+V1_ENGINE_SINCE = Version("0.8.0")
+V0_LONG_CONTEXT = 32 * 1024
+V0_CHUNKED_BATCHED_TOKENS = 512
+
 # V0 multi-step scheduling (--num-scheduler-steps) is gone; async scheduling replaced it.
 NUM_SCHEDULER_STEPS_REMOVED = Version("0.10.1")
+# --speculative-config replaced --speculative-model and --num-speculative-tokens.
+SPECULATIVE_CONFIG_SINCE = Version("0.8.3")
 # Explicit --async-scheduling beside speculation: refused before 0.12, EAGLE/MTP only until 0.33
 # (vllm/config/vllm.py of each release).
 ASYNC_EAGLE_SPEC_SINCE = Version("0.12.0")
@@ -96,6 +109,8 @@ def vllm_default(
     left out, given the other settings in ``config`` (some defaults depend on them)."""
     config = config or ServingConfig()
     knob(name)  # validates the name
+    if version < V1_ENGINE_SINCE and name in _V0_DEFAULTS:
+        return _V0_DEFAULTS[name](config, model_max_len)
     tp = config.tensor_parallel_size or 1
     if name in ("max_num_batched_tokens", "max_num_seqs"):
         tokens, seqs = _batch_defaults(version, hardware, tp)
@@ -139,6 +154,33 @@ def vllm_default(
         "enforce_eager": False,
         "quantization": None,
     }[name]
+
+
+def v0_chunked_prefill(config: ServingConfig, model_max_len: int | None) -> bool:
+    """Whether a V0 engine chunks prefills: as set, else for contexts over 32K (single-step:
+    multi-step runs took whole prompts)."""
+    if config.enable_chunked_prefill is not None:
+        return config.enable_chunked_prefill
+    if (config.num_scheduler_steps or 1) > 1:
+        return False
+    max_len = config.max_model_len or model_max_len
+    return max_len is not None and max_len > V0_LONG_CONTEXT
+
+
+def _v0_batched_tokens(config: ServingConfig, model_max_len: int | None) -> int:
+    if config.max_num_batched_tokens is not None:
+        return config.max_num_batched_tokens
+    if v0_chunked_prefill(config, model_max_len):
+        return V0_CHUNKED_BATCHED_TOKENS
+    return max(config.max_model_len or model_max_len or 0, 2048)
+
+
+_V0_DEFAULTS: dict[str, Any] = {
+    "max_num_seqs": lambda config, _: 256,
+    "max_num_batched_tokens": _v0_batched_tokens,
+    "enable_chunked_prefill": v0_chunked_prefill,
+    "enable_prefix_caching": lambda config, _: False,
+}
 
 
 def resolve_defaults(

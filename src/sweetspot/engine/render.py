@@ -18,6 +18,7 @@ from sweetspot.engine.flags import FlagTable, flag_table
 from sweetspot.engine.releases import (
     ASYNC_SCHEDULING_DEFAULT_SINCE,
     NUM_SCHEDULER_STEPS_REMOVED,
+    SPECULATIVE_CONFIG_SINCE,
     YAML_FALSE_SINCE,
     YAML_NESTED_SINCE,
 )
@@ -80,6 +81,9 @@ def render_serve(config: ServingConfig, model: str, version: Version) -> Rendere
                    else "")
             )
             continue
+        if name == "speculative" and version < SPECULATIVE_CONFIG_SINCE:
+            options += _legacy_speculative(value, version, notes)
+            continue
         info = table.info(knob.flag)
         if info is not None and not table.present(info, version):
             notes.append(
@@ -96,6 +100,28 @@ def render_serve(config: ServingConfig, model: str, version: Version) -> Rendere
         else:
             options.append((knob.flag, value))
     return Rendered(model, tuple(options), tuple(notes))
+
+
+def _legacy_speculative(spec: SpeculativeConfig, version: Version,
+                        notes: list[str]) -> list[tuple[str, Any]]:
+    """Speculation as releases before 0.8.3 spelled it: --speculative-model (a draft or EAGLE
+    checkpoint, or ``[ngram]``), --num-speculative-tokens and the n-gram window."""
+    if spec.method == "ngram":
+        out: list[tuple[str, Any]] = [("--speculative-model", "[ngram]")]
+    elif spec.model is not None and spec.method in ("draft_model", "eagle"):
+        out = [("--speculative-model", spec.model)]
+    else:
+        notes.append(f"speculative method {spec.method} dropped: vLLM {version} has no "
+                     "--speculative-config and no flag for it")
+        return []
+    out.append(("--num-speculative-tokens", spec.num_speculative_tokens))
+    for flag, value in (("--ngram-prompt-lookup-max", spec.prompt_lookup_max),
+                        ("--ngram-prompt-lookup-min", spec.prompt_lookup_min),
+                        ("--speculative-draft-tensor-parallel-size",
+                         spec.draft_tensor_parallel_size)):
+        if value is not None:
+            out.append((flag, value))
+    return out
 
 
 def render_yaml(config: ServingConfig, model: str, version: Version) -> str:

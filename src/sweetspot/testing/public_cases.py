@@ -27,6 +27,7 @@ from sweetspot.spec.hardware import load_hardware
 from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.model import load_model
 from sweetspot.spec.requests import sample_requests
+from sweetspot.spec.version import OLDEST_VLLM_VERSION
 from sweetspot.spec.workload import WorkloadSpec, validate_workload
 
 __all__ = ["CASES", "Check", "PublicCase", "Run", "run_case", "sharegpt_like"]
@@ -95,7 +96,7 @@ class PublicCase:
     case_id: str
     gpu: str
     model: str
-    version: str  # the measured release ("0.6.0"); the simulator's tables start at 0.8.0
+    version: str  # the measured release ("0.6.0"); the simulator's tables start at 0.6.0
     config: ServingConfig
     runs: tuple[Run, ...]
     engine: str = "v1"  # "v0" for the pre-V1 releases
@@ -215,8 +216,9 @@ CASES = _cases()
 
 
 def simulator_version(version: str) -> Version:
-    """The release whose tables the simulator uses: the measured one, or 0.8.0 for older."""
-    return max(Version(version), Version("0.8.0"))
+    """The release whose tables the simulator uses: the measured one, or the oldest it knows
+    (0.6.0) for older ones."""
+    return max(Version(version), OLDEST_VLLM_VERSION)
 
 
 def run_case(case: PublicCase, *, seed: int = 0) -> list[Outcome]:

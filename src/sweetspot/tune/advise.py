@@ -29,6 +29,8 @@ from sweetspot.engine.releases import (
     CUDA_GRAPHS_PROFILED_SINCE,
     DRAFT_MODEL_SINCE,
     NUM_SCHEDULER_STEPS_REMOVED,
+    SPECULATIVE_CONFIG_SINCE,
+    V1_ENGINE_SINCE,
     vllm_default,
 )
 from sweetspot.engine.render import render_serve, render_yaml
@@ -130,6 +132,8 @@ def advise(
                          else None)
     if workload.priorities:
         base = base.replace(scheduling_policy="priority")
+    if version < V1_ENGINE_SINCE and workload.prefix.length:
+        base = base.replace(enable_prefix_caching=True)  # off by default in V0
 
     def memory(config: ServingConfig, draft: ModelArch | None = None) -> MemoryEstimate:
         return estimate_memory(arch, quant, hardware, config, version, draft=draft)
@@ -206,8 +210,10 @@ def _common_reasons(stats: WorkloadStats, wl: WorkloadSpec, max_len: int,
         "margin, rounded up to 1024",
     ]
     if wl.prefix.length and stats.prefix_share > 0:
+        how = ("on by default" if version >= V1_ENGINE_SINCE
+               else f"--enable-prefix-caching: off by default in {version}'s V0 engine")
         out.append(
-            f"prefix caching (on by default) reuses the {wl.prefix.length}-token shared prefix "
+            f"prefix caching ({how}) reuses the {wl.prefix.length}-token shared prefix "
             f"of {stats.prefix_share:.0%} of requests ({stats.prefix_tokens_share:.0%} of prompt "
             "tokens): their prefill skips it"
         )
@@ -326,12 +332,19 @@ def _balanced(c: _Context, base: ServingConfig):
 def _guide_notes(version: Version, hardware: Hardware) -> tuple[str, ...]:
     """Where the field guide's rules do not hold for this version and GPU."""
     notes = [
-        "max-model-len does not reserve KV memory per sequence in V1: the KV cache is paged "
+        "max-model-len does not reserve KV memory per sequence: the KV cache is paged "
         "and filled on demand; a smaller value only has to fit once and shapes some defaults",
         "--scheduling-policy lof does not exist: vLLM has fcfs and priority",
         "--speculative-model/--num-speculative-tokens are gone since 0.8.3: use "
-        "--speculative-config; 8 draft tokens is deep, 3-5 is usual",
+        "--speculative-config; 8 draft tokens is deep, 3-5 is usual"
+        if version >= SPECULATIVE_CONFIG_SINCE else
+        f"--speculative-model/--num-speculative-tokens are {version}'s flags (--speculative-"
+        "config from 0.8.3); 8 draft tokens is deep, 3-5 is usual",
     ]
+    if version < V1_ENGINE_SINCE:
+        notes.append(f"--num-scheduler-steps is {version}'s V0 multi-step scheduling: N decode "
+                     "steps per scheduling decision (the 0.6.0 release's own benchmarks ran 10), "
+                     "at the cost of later admissions; sweetspot simulates it")
     if version >= NUM_SCHEDULER_STEPS_REMOVED:
         on = " and is on by default" if version >= ASYNC_SCHEDULING_DEFAULT_SINCE else ""
         notes.append(f"--num-scheduler-steps is gone since {NUM_SCHEDULER_STEPS_REMOVED}: async "
@@ -342,5 +355,7 @@ def _guide_notes(version: Version, hardware: Hardware) -> tuple[str, ...]:
               f"max-num-seqs {seqs} (the guide says 256)" if seqs != 256 else ""]
     notes.append(f"vLLM {version} defaults on {hardware.name}: "
                  + ", ".join(d for d in differ if d) + (", " if any(differ) else "")
-                 + "prefix caching on (the guide says to turn it on)")
+                 + ("prefix caching on (the guide says to turn it on)"
+                    if version >= V1_ENGINE_SINCE else
+                    "prefix caching off, as in the guide's time (V0 engine)"))
     return tuple(notes)

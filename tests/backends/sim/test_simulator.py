@@ -139,3 +139,42 @@ def test_records_feed_the_shared_metrics_function() -> None:
     run = simulate(setup(), [req(i, 64, 32, at=i * 0.05) for i in range(10)])
     result = compute_result(run.records)
     assert result.completed == 10 and result.total_output_tokens == 320
+
+
+def test_v0_releases_run_the_v0_engine_single_step_unless_multi_step_is_set() -> None:
+    """0.6/0.7: V0 (whole prompts, prefill-only steps); from 0.8 V1, V0 again with multi-step."""
+    requests = [req(i, 300, 20) for i in range(4)]
+
+    def engine(version: str, **config) -> str:
+        run = simulate(dataclasses.replace(setup(**config), version=Version(version)), requests,
+                       warmup=0)
+        return run.facts.engine
+
+    assert engine("0.6.3") == "V0"
+    assert engine("0.6.3", num_scheduler_steps=8) == "V0, multi-step 8"
+    assert engine("0.8.0") == "V1"
+    assert engine("0.8.0", num_scheduler_steps=8) == "V0, multi-step 8"
+    assert engine("0.24.0") == "V1, async scheduling"
+    # V0 runs the four prompts in one prefill-only step, then decodes: 1 + 19 steps.
+    v0 = dataclasses.replace(setup(max_model_len=8192), version=Version("0.6.3"))
+    run = simulate(v0, requests, model=STEP, warmup=0)
+    assert run.facts.steps == 20
+    assert all(r.ttft_s == pytest.approx(0.010) for r in run.records)
+    # Over 32K of context V0 chunks prefills by default, 512 tokens a step (1,200 in 3 steps).
+    run = simulate(dataclasses.replace(v0, config=ServingConfig()), requests, model=STEP,
+                   warmup=0)
+    assert run.config.max_num_batched_tokens == 512 and run.facts.steps == 22
+
+
+def test_offline_has_no_front_end() -> None:
+    """--offline (LLM.generate): no HTTP latency, no serial intake; the same engine steps."""
+    front = LinearStepModel((0.010, 0.0, 0.0, 0.0), request_latency_s=0.020,
+                            request_intake_s=0.005)
+    requests = [req(i, 100, 10) for i in range(4)]
+    online = simulate(setup(), requests, model=front, warmup=0)
+    offline = simulate(dataclasses.replace(setup(), offline=True), requests, model=front,
+                       warmup=0)
+    assert [r.ttft_s for r in offline.records] == pytest.approx([0.010] * 4)
+    # Online: half the latency each way, and the API server takes the four one at a time.
+    assert online.records[0].ttft_s == pytest.approx(0.010 + 0.005 + 0.020)
+    assert offline.facts.engine.endswith("offline (no API server)")

@@ -27,7 +27,7 @@ from sweetspot.backends.sim.request import SimRequest
 from sweetspot.backends.sim.scheduler import Scheduler, SchedulerConfig
 from sweetspot.backends.sim.speculative import plan_speculation
 from sweetspot.engine.memory import MemoryEstimate, estimate_memory
-from sweetspot.engine.releases import resolve_defaults
+from sweetspot.engine.releases import V1_ENGINE_SINCE, resolve_defaults
 from sweetspot.engine.validate import validate_config
 from sweetspot.spec.hardware import Hardware
 from sweetspot.spec.knobs import ServingConfig
@@ -52,6 +52,9 @@ class SimSetup:
     engine: str = "auto"  # "v1", "v0" (pre-V1 engine) or "auto" (v0 when multi-step is set)
     spec_acceptance: float | None = None  # per-position acceptance; None = the method's default
     cpu_kvcache_space_bytes: int | None = None  # VLLM_CPU_KVCACHE_SPACE on the CPU build
+    # No API server: the engine in the caller's process (LLM.generate, `vllm bench throughput`
+    # and `latency`): no HTTP, no serial intake, every request in the engine at once.
+    offline: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,7 @@ class SimFacts:
     mean_batch: float  # requests per step
     spec_draft_tokens: int
     spec_accepted_tokens: int
+    engine: str = "V1"  # what ran: "V0", "V0, multi-step 10", "V1, async scheduling", ...
 
     @property
     def prefix_hit_rate(self) -> float | None:
@@ -142,7 +146,9 @@ def start(setup: SimSetup) -> SimStart:
                              cpu_kvcache_space_bytes=setup.cpu_kvcache_space_bytes)
     if not memory.ok:
         return SimStart("oom", memory.failure, config, memory)
-    v0 = setup.engine == "v0" or (setup.engine == "auto" and (config.num_scheduler_steps or 1) > 1)
+    # The V0 engine: before 0.8, and where a later release falls back to it (multi-step).
+    v0 = setup.engine == "v0" or (setup.engine == "auto" and (
+        version < V1_ENGINE_SINCE or (config.num_scheduler_steps or 1) > 1))
     return SimStart("ok", None, config, memory, spec, v0)
 
 
@@ -159,18 +165,22 @@ def _roofline(setup: SimSetup, started: SimStart) -> StepTimeModel:
 
 def _scheduler(started: SimStart, seed: int) -> Scheduler:
     config, spec, v0 = started.config, started.speculation, started.v0
+    # V0 with chunked prefill (its default over 32K of context) schedules as V1 does: decodes
+    # first, then prompt chunks in the token budget (multi-step is then not mirrored).
+    chunked = bool(config.enable_chunked_prefill)
+    steps = (config.num_scheduler_steps or 1) if v0 and not chunked else 1
     sched_cfg = SchedulerConfig(
         max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=config.max_num_batched_tokens,
         block_size=config.block_size,
         num_blocks=started.memory.num_blocks,
-        chunked_prefill=bool(config.enable_chunked_prefill) and not v0,
+        chunked_prefill=chunked,
         long_prefill_threshold=config.long_prefill_token_threshold or 0,
         prefix_caching=bool(config.enable_prefix_caching),
         priority=config.scheduling_policy == "priority",
         spec_tokens=spec.k,
-        v0=v0,
-        multi_step=(config.num_scheduler_steps or 1) if v0 else 1,
+        v0=v0 and not chunked,
+        multi_step=steps,
     )
     rng = np.random.default_rng(seed)
     return Scheduler(sched_cfg, spec.drawer(rng) if spec.k else None)
@@ -206,7 +216,8 @@ def simulate(
     def new_loop(limit: int | None, keep_trace: bool) -> _Loop:
         return _Loop(scheduler, model,
                      async_scheduling=bool(config.async_scheduling) and not started.v0,
-                     max_model_len=config.max_model_len, max_concurrency=limit, trace=keep_trace)
+                     max_model_len=config.max_model_len, max_concurrency=limit, trace=keep_trace,
+                     offline=setup.offline)
 
     loop = new_loop(max_concurrency, trace)
     collecting = gc.isenabled()
@@ -227,11 +238,25 @@ def simulate(
         step_trace = StepTrace(np.asarray(loop.starts), np.asarray(loop.durations),
                                tuple(loop.shapes))
     return SimRun("ok", None, records, started.memory,
-                  _facts(started.memory, setup.version, scheduler, loop), config, step_trace)
+                  _facts(started.memory, setup.version, scheduler, loop,
+                         _engine(setup, started)), config, step_trace)
+
+
+def _engine(setup: SimSetup, started: SimStart) -> str:
+    """The engine that ran, in words (the simulated server's facts)."""
+    config = started.config
+    parts = ["V0" if started.v0 else "V1"]
+    if started.v0 and (config.num_scheduler_steps or 1) > 1:
+        parts.append(f"multi-step {config.num_scheduler_steps}")
+    if config.async_scheduling and not started.v0:
+        parts.append("async scheduling")
+    if setup.offline:
+        parts.append("offline (no API server)")
+    return ", ".join(parts)
 
 
 def _facts(memory: MemoryEstimate, version: Version, scheduler: Scheduler,
-           loop: _Loop) -> SimFacts:
+           loop: _Loop, engine: str) -> SimFacts:
     return SimFacts(
         kv_cache_tokens=memory.kv_cache_tokens,
         num_blocks=memory.num_blocks,
@@ -246,6 +271,7 @@ def _facts(memory: MemoryEstimate, version: Version, scheduler: Scheduler,
         mean_batch=loop.batch_sum / loop.steps if loop.steps else 0.0,
         spec_draft_tokens=loop.spec_draft_tokens,
         spec_accepted_tokens=loop.spec_accepted_tokens,
+        engine=engine,
     )
 
 
@@ -254,13 +280,14 @@ class _Loop:
     runs once: its counters, decode times and queues are that run's."""
 
     def __init__(self, scheduler: Scheduler, model: StepTimeModel, *, async_scheduling: bool,
-                 max_model_len: int, max_concurrency: int | None, trace: bool) -> None:
+                 max_model_len: int, max_concurrency: int | None, trace: bool,
+                 offline: bool = False) -> None:
         self.scheduler, self.model = scheduler, model
         self.async_scheduling = async_scheduling
         self.max_model_len = max_model_len
         self.limit = max_concurrency
-        self.half_latency = model.request_latency_s / 2
-        self.intake_s = model.request_intake_s
+        self.half_latency = 0.0 if offline else model.request_latency_s / 2
+        self.intake_s = 0.0 if offline else model.request_intake_s
         self._intake_free = 0.0  # when the API server can take the next request
         self.trace = trace
         self.steps = 0
