@@ -9,7 +9,8 @@ partial copy of that version's wheel: ``<version>/vllm/...``.  The files that
 matter are
 
 * ``vllm/entrypoints/cli/serve.py`` -- ``ServeSubcommand.subparser_init``, the
-  entry point that is followed;
+  entry point that is followed (0.7.3 on); before it, ``vllm/scripts.py`` --
+  the statements of ``main()`` that use the ``serve`` sub-parser (0.6.0-0.7.2);
 * the module that defines ``make_arg_parser`` (``entrypoints/openai/cli_args.py``
   up to 0.28, ``entrypoints/launchers/cli_args.py`` / ``entrypoints/common/
   cli_args.py`` later), including the ``FrontendArgs`` dataclass when present;
@@ -19,6 +20,14 @@ matter are
   present) to resolve the type annotations of config dataclass fields;
 * ``vllm/utils.py`` / ``vllm/utils/argparse_utils.py`` to see whether the
   ``-O`` shorthand is rewritten by ``FlexibleArgumentParser``.
+
+The table in the package was generated from the ``.py`` files of ``vllm/config``,
+``vllm/utils``, ``vllm/entrypoints`` and ``vllm/engine`` (plus ``vllm/config.py``,
+``vllm/utils.py`` and ``vllm/scripts.py``) of the wheels of 0.6.0, 0.6.1, 0.6.1.post2,
+0.6.2, 0.6.3, 0.6.3.post1, 0.6.4, 0.6.4.post1, 0.6.5, 0.6.6, 0.6.6.post1, 0.7.0-0.7.3,
+0.8.0, 0.9.0, 0.10.0, 0.10.1.1, 0.10.2 and 0.11.0-0.34.0 (``sampled_versions``); a
+larger subset resolves more ``choices``, a smaller one fewer.  In 0.6 both a release and
+its ``.postN`` are sampled, so that either is judged by its own flags.
 
 Size (issue 19's rule: no function over 60 lines, no module over 400, ``tools/`` included or
 justified): this is a build-time tool, not part of the package, run when a vLLM release is
@@ -76,7 +85,7 @@ JSON (pretty-printed, sorted keys)::
 * ``deprecated_from``: first sampled version where the option is registered
   with ``deprecated=True`` or a help text starting with ``[DEPRECATED]``
   (only if still deprecated in the last version that has it).
-* ``-O`` is recorded as its own entry (kind "str"): in 0.8-0.11 it is an
+* ``-O`` is recorded as its own entry (kind "str"): in 0.6.5-0.11 it is an
   alias of ``--compilation-config``; from 0.12 ``FlexibleArgumentParser``
   rewrites ``-O<n>`` to ``--optimization-level``.  It is not listed among the
   aliases of ``--compilation-config``.
@@ -111,6 +120,8 @@ import copy
 import json
 import sys
 from pathlib import Path
+
+from packaging.version import Version
 
 GENERATED_FROM = "vllm wheels from PyPI, sources read statically by tools/extract_vllm_flags.py"
 DEFAULT_SRC = "/tmp/vw/src"
@@ -155,8 +166,8 @@ KNOWN_TYPE_FUNCS = {
 INTERPRETED_FUNCS = {"make_arg_parser", "add_cli_args", "_customize_cli_kwargs", "subparser_init"}
 
 
-def version_key(v: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else p for p in v.split("."))
+def version_key(v: str) -> Version:
+    return Version(v)  # "0.6.1.post2" sorts after "0.6.1", before "0.6.2"
 
 
 # --------------------------------------------------------------------------
@@ -1437,8 +1448,8 @@ def classify_type(t, ix: ModuleIndex) -> tuple[str, bool]:
         return "unknown", False
     if isinstance(t, LambdaVal):
         body = t.node.body
-        if isinstance(body, ast.ListComp):
-            return "str", False  # comma-separated string split by the lambda
+        if isinstance(body, (ast.ListComp, ast.DictComp)):
+            return "str", False  # comma-separated string ("a,b" / "k:v,k2:v2") split by it
         txt = ast.unparse(body)
         if any(s in txt for s in (".lower()", ".replace(", ".upper()", ".strip(")):
             return "str", False
@@ -1529,6 +1540,40 @@ def find_serve_entry(ix: ModuleIndex):
     return None
 
 
+def find_scripts_serve(ix: ModuleIndex) -> tuple[str, list[ast.stmt]] | None:
+    """The ``serve`` part of ``vllm/scripts.py``'s ``main()`` (0.6.0-0.7.2, before ``cli/``).
+
+    ``main`` also builds the top-level parser (``-v/--version`` since 0.6.6) and the
+    ``complete``/``chat`` sub-commands, none of which are ``vllm serve`` options: only the
+    statements after ``<name> = subparsers.add_parser("serve", ...)`` that mention ``<name>``
+    are returned, to be run with ``<name>`` bound to the parser.
+    """
+    tree = ix.tree("vllm.scripts")
+    body = tree.body if tree is not None else []
+    main = next((n for n in body if isinstance(n, ast.FunctionDef) and n.name == "main"), None)
+    if main is None:
+        return None
+    for i, st in enumerate(main.body):
+        call = st.value if isinstance(st, ast.Assign) and len(st.targets) == 1 else None
+        if (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "add_parser"
+            and call.args
+            and isinstance(call.args[0], ast.Constant)
+            and call.args[0].value == "serve"
+            and isinstance(st.targets[0], ast.Name)
+        ):
+            name = st.targets[0].id
+            uses = [
+                s
+                for s in main.body[i + 1 :]
+                if any(isinstance(x, ast.Name) and x.id == name for x in ast.walk(s))
+            ]
+            return name, uses
+    return None
+
+
 def has_O_shorthand(ix: ModuleIndex) -> bool:
     for mod in ("vllm.utils.argparse_utils", "vllm.utils", "vllm.utils.__init__"):
         src = ix.source(mod)
@@ -1541,9 +1586,14 @@ def extract_version(root: Path, verbose=False) -> dict:
     ix = ModuleIndex(root)
     it = Interp(ix, verbose)
     entry = find_serve_entry(ix)
-    if entry is None:
-        raise SystemExit(f"{root}: no vllm/entrypoints/cli/serve.py subparser_init")
-    it.run_function(entry, [Opaque("subparsers")], {})
+    scripts = find_scripts_serve(ix) if entry is None else None
+    if entry is not None:
+        it.run_function(entry, [Opaque("subparsers")], {})
+    elif scripts is not None:
+        name, body = scripts
+        it.exec_body(body, Ctx("vllm.scripts", {name: PARSER}))
+    else:
+        raise SystemExit(f"{root}: neither cli/serve.py subparser_init nor scripts.py main")
     flags: dict[str, dict] = {}
     for opts, kw, loc in it.records:
         longs = [o for o in opts if o.startswith("--")]

@@ -1,6 +1,7 @@
 """The flag table read from the wheels, checked against vllm-facts.md."""
 
 import pytest
+from packaging.version import Version
 
 from sweetspot.engine.flags import FlagStatus, flag_table
 from sweetspot.spec.version import NewerThanKnown
@@ -74,3 +75,52 @@ def test_releases_between_samples_use_the_sample_below(table, monkeypatch):
     with pytest.warns(NewerThanKnown, match="newer than the newest release"):
         newer = v("0.40.0")  # beyond the flag table: a warning, and the newest sample
     assert table.sample_for(newer) == table.sampled[-1]
+
+
+# 0.6-0.7 (V0): built with packaging's Version, the facts read from those wheels' arg_utils.py
+@pytest.mark.parametrize("flag", [
+    "--num-scheduler-steps", "--enable-chunked-prefill", "--max-num-seqs", "--block-size",
+    "--speculative-model", "--num-speculative-tokens", "--disable-log-requests",
+    "--disable-frontend-multiprocessing", "--preemption-mode", "--max-seq-len-to-capture", "-tp",
+])
+def test_v0_flags_present_from_0_6_0_to_0_7_3(table, flag):
+    for release in ("0.6.0", "0.6.3.post1", "0.7.3"):
+        assert table.lookup(flag, Version(release)).status == FlagStatus.PRESENT, release
+
+
+@pytest.mark.parametrize("flag, before, first", [
+    ("--multi-step-stream-outputs", "0.6.1.post2", "0.6.2"),
+    ("--scheduling-policy", "0.6.2", "0.6.3"),
+    ("--compilation-config", "0.6.4.post1", "0.6.5"),
+    ("--enable-sleep-mode", "0.6.6.post1", "0.7.0"),
+    ("--enable-expert-parallel", "0.7.3", "0.8.0"),
+])
+def test_v0_flags_added_later(table, flag, before, first):
+    assert table.info(flag).first_seen == Version(first)
+    look = table.lookup(flag, Version(before))
+    assert look.status == FlagStatus.NOT_YET and look.since == Version(first)
+    assert table.lookup(flag, Version(first)).status == FlagStatus.PRESENT
+
+
+def test_v0_flags_removed_before_0_8(table):
+    look = table.lookup("--engine-use-ray", Version("0.6.2"))
+    assert look.status == FlagStatus.REMOVED and look.last_seen == Version("0.6.1")
+    assert table.lookup("--max-context-len-to-capture", Version("0.6.3.post1")).status == (
+        FlagStatus.PRESENT)
+    assert table.lookup("--max-context-len-to-capture", Version("0.6.4")).status == (
+        FlagStatus.REMOVED)
+
+
+def test_v0_kinds_of_switches(table):
+    # StoreBoolean: "--enable-chunked-prefill" or "--enable-chunked-prefill false", no "--no-" form
+    info = table.info("--enable-chunked-prefill")
+    assert info.kind == "bool" and info.optional_value
+    assert table.lookup("--no-enable-chunked-prefill", Version("0.7.3")).status == (
+        FlagStatus.NOT_YET)
+    # BooleanOptionalAction came to --enable-prefix-caching in 0.6.5
+    assert table.lookup("--no-enable-prefix-caching", Version("0.6.4.post1")).status == (
+        FlagStatus.NOT_YET)
+    assert table.lookup("--no-enable-prefix-caching", Version("0.6.5")).negated
+    # a post release maps to its own sample, a base release to the base
+    assert table.sample_for(Version("0.6.3.post1")) == Version("0.6.3.post1")
+    assert table.sample_for(Version("0.6.4")) == Version("0.6.4")

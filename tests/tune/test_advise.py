@@ -38,6 +38,8 @@ def test_four_explained_picks_for_the_guides_setup():
     ("0.24.0", "h200", "mixed-priority", "qwen3-30b-a3b", None),
     ("0.33.0", "l4", "short", "qwen2.5-7b", "gptq"),
     ("0.10.1.1", "a100-40gb", "chat", "mistral-7b", None),
+    ("0.6.3", "h100", "chat", "llama-3.1-8b", None),
+    ("0.7.3", "a100-80gb", "long", "qwen2.5-14b", "awq"),
 ])
 def test_every_printed_command_passes_lint(version, gpu, workload, model, quant):
     advice = guide_setup(version, gpu, workload, model, quant)

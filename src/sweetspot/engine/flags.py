@@ -1,10 +1,10 @@
 """Which ``vllm serve`` options exist in which vLLM release.
 
 The table ``data/vllm_flags.json`` was read from the published wheels (one per minor release,
-0.8 to 0.34) by ``tools/extract_vllm_flags.py``. A release between two sampled ones is judged by
-the nearest sampled release at or below it; the few flags whose exact removal release matters
-carry it in ``LEGACY_FLAGS`` (from vllm-facts.md). The installed vLLM's own ``--help`` stays the
-final word; the real-server backend checks it before launching.
+0.6 to 0.34, and 0.6's post releases) by ``tools/extract_vllm_flags.py``. A release between two
+sampled ones is judged by the nearest sampled release at or below it; the few flags whose exact
+removal release matters carry it in ``LEGACY_FLAGS`` (from vllm-facts.md). The installed vLLM's
+own ``--help`` stays the final word; the real-server backend checks it before launching.
 """
 
 from __future__ import annotations

@@ -148,6 +148,12 @@ def advise(
     picks = []
     for goal, build in zip(GOALS, builders, strict=True):
         config, reasons, draft = build(context, base)
+        tokens = config.max_num_batched_tokens
+        if version < V1_ENGINE_SINCE and tokens is not None and tokens < max_len:
+            config = config.replace(enable_chunked_prefill=True)
+            reasons.append(f"--enable-chunked-prefill: {version}'s V0 engine takes whole prompts"
+                           f" unless it chunks them, and a {tokens}-token step is shorter than "
+                           "max-model-len")
         est = memory(config, draft)
         if not est.ok:  # never print a command that cannot start
             config = config.replace(gpu_memory_utilization=0.95, speculative=None)
