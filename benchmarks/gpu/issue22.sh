@@ -9,7 +9,7 @@
 #             A (max-model-len 32768, utilisation 0.9):
 #               1. ShareGPT-like (P7's means) 500 at rate inf on the fresh server, no warm-up:
 #                  the start-up transient (item 5);
-#               2. the same, 1000 requests, warmed: saturated burst (items 3, 9);
+#               2. the same, 600 requests, warmed: saturated burst (items 3, 9);
 #               3. one prompt at a time of 128 ... 24576 tokens, one output token: prefill time
 #                  by chunk size and context (item 3), the front end at light load (item 4);
 #               4. 256 in / 256 out in closed loops of 1, 8 and 32: small-batch decode (8, 9);
@@ -69,24 +69,24 @@ batch() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     if serve A --max-model-len 32768; then
         bench a01-sharegpt-fresh sharegpt-228-202 500 --rate inf --warmup 0
-        bench a02-sharegpt-inf sharegpt-228-202 1000 --rate inf
+        bench a02-sharegpt-inf sharegpt-228-202 600 --rate inf
         for p in 128 512 1024 2048 4096 8192 16384 24576; do
             bench a03-prefill-$p prefill-$p 4 --concurrency 1 --warmup 0 --seed $p
         done
         bench a04-decode-c1 decode-256-256 6 --concurrency 1
         bench a04-decode-c8 decode-256-256 48 --concurrency 8
         bench a04-decode-c32 decode-256-256 128 --concurrency 32
-        bench a05-random-2000-100 random-2000-100 200 --rate inf
-        bench a05-random-4000-200 random-4000-200 100 --rate inf
-        bench a05-random-128-4 random-128-4 1000 --rate inf
-        for p in 0 1000 1800; do bench a06-prefix-$p prefix-$p 300 --rate inf --seed $p; done
-        bench a07-sharegpt-poisson8 sharegpt-228-202 400 --rate 8 --seed 7
+        bench a05-random-2000-100 random-2000-100 150 --rate inf
+        bench a05-random-4000-200 random-4000-200 60 --rate inf
+        bench a05-random-128-4 random-128-4 600 --rate inf
         bench a08-closed-20000 closed-20000-200 48 --concurrency 16
+        for p in 0 1000 1800; do bench a06-prefix-$p prefix-$p 200 --rate inf --seed $p; done
+        bench a07-sharegpt-poisson8 sharegpt-228-202 240 --rate 8 --seed 7
         stop
     fi
     if serve B --max-model-len 4096 --gpu-memory-utilization 0.5; then
-        bench b09-oversub-inf oversub-512-256 600 --rate inf
-        bench b10-oversub-c64 oversub-512-256 300 --concurrency 64
+        bench b09-oversub-inf oversub-512-256 500 --rate inf
+        bench b10-oversub-c64 oversub-512-256 200 --concurrency 64
         stop
     fi
     echo "== batch done $(date -u +%T)"
