@@ -29,7 +29,7 @@ KEYS = ("request_throughput", "output_throughput", "median_ttft_ms", "median_tpo
         "median_itl_ms", "p99_ttft_ms")
 # The servers issue22.sh starts: run-name prefix -> launch options.
 SERVERS = {"a": ServingConfig(max_model_len=32768),
-           "b": ServingConfig(max_model_len=4096, gpu_memory_utilization=0.5)}
+           "b": ServingConfig(max_model_len=4096, kv_cache_memory_bytes=8 << 30)}
 
 
 def predict(run: dict, gpu: str, model: str, version: str, warmup: int) -> dict:

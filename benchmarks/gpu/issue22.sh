@@ -17,7 +17,7 @@
 #               6. 2000-token prompts with 0, 1000 and 1800 tokens shared: prefix caching (7);
 #               7. ShareGPT-like Poisson at 8 req/s: moderate load (8, 9);
 #               8. 20000 in / 200 out in a closed loop of 16: the convoy check (item 2);
-#             B (utilisation 0.5: a small KV cache):
+#             B (an 8 GiB KV cache, ~52k tokens, on either card):
 #               9. 512 in / 256 out, 600 at rate inf: KV over-subscription (item 6);
 #              10. the same in a closed loop of 64 (fits the cache): the reference.
 # Every run: sweetspot bench --json --detailed (vLLM's keys and every request's times) under
@@ -84,7 +84,7 @@ batch() {
         bench a07-sharegpt-poisson8 sharegpt-228-202 240 --rate 8 --seed 7
         stop
     fi
-    if serve B --max-model-len 4096 --gpu-memory-utilization 0.5; then
+    if serve B --max-model-len 4096 --kv-cache-memory-bytes 8589934592; then
         bench b09-oversub-inf oversub-512-256 500 --rate inf
         bench b10-oversub-c64 oversub-512-256 200 --concurrency 64
         stop
