@@ -60,7 +60,6 @@ def simulate(
     size that fits); 2: unusable input.
     """
     from sweetspot.backends.sim import simulate as run_sim
-    from sweetspot.backends.sim.calibration import load_calibration
     from sweetspot.spec.loaders import load_workload
     from sweetspot.spec.requests import sample_requests
 
@@ -71,6 +70,8 @@ def simulate(
     setup = dataclasses.replace(setup, offline=offline)
     step_model = None
     if calibration is not None:
+        from sweetspot.backends.sim.calibration import load_calibration
+
         step_model = load_calibration(calibration, setup.hardware, setup.arch).step_model
     wl = _override_arrivals(load_workload(workload), "inf" if offline else rate, concurrency,
                             1.0)
