@@ -93,7 +93,7 @@ def calibrate(
     fitted = tuple({"run": run, "metric": metric, "measured": measured,
                     "predicted": predicted} for run, metric, measured, predicted in report.rows)
     save_calibration(out, Calibration.of(setup.hardware, setup.arch, setup.version,
-                                         report.model, fitted))
+                                         report.model, fitted, report.covered))
     table = Table(title=f"calibration ({report.iterations} iterations) -> {out}")
     for column in ("run", "metric", "measured", "fitted", "error"):
         table.add_column(column)

@@ -59,7 +59,7 @@ def simulate(
     Exit 0: it ran; 1: vLLM would refuse the configuration (an oom names the tensor-parallel
     size that fits); 2: unusable input.
     """
-    from sweetspot.backends.sim import simulate as run_sim
+    from sweetspot.backends.sim.uncertainty import predict
     from sweetspot.spec.loaders import load_workload
     from sweetspot.spec.requests import sample_requests
 
@@ -68,18 +68,25 @@ def simulate(
                              " leave out --rate and --concurrency")
     setup = _sim_setup(model, gpu, quant, settings, vllm_version, cpu_kvcache_space, acceptance)
     setup = dataclasses.replace(setup, offline=offline)
-    step_model = None
+    step_model = cal = None
     if calibration is not None:
         from sweetspot.backends.sim.calibration import load_calibration
 
-        step_model = load_calibration(calibration, setup.hardware, setup.arch).step_model
+        cal = load_calibration(calibration, setup.hardware, setup.arch)
+        step_model = cal.step_model
     wl = _override_arrivals(load_workload(workload), "inf" if offline else rate, concurrency,
                             1.0)
     requests = sample_requests(wl, num_requests, seed=seed, vocab_size=setup.arch.vocab_size)
-    run = run_sim(setup, requests, max_concurrency=concurrency, model=step_model,
-                  seed=seed or 0, warmup=0 if offline else 1)
+    prediction = predict(setup, requests, max_concurrency=concurrency, model=step_model,
+                         seed=seed or 0, warmup=0 if offline else 1,
+                         fitted_on=cal.fitted_on if cal else None,
+                         covered=cal.covered if cal else None,
+                         offered_rate=wl.arrival.rate if wl.arrival.process in (
+                             "poisson", "gamma", "constant") else None)
+    run = prediction.run
     data: dict = {"status": run.status, "cause": run.cause}
-    data.update(_print_ran(run, step_model) if run.status == "ok" else _print_refused(setup, run))
+    data.update(_print_ran(prediction, step_model) if run.status == "ok"
+                else _print_refused(setup, run))
     data["sweetspot"] = {"model": setup.arch.name, "gpu": setup.hardware.name,
                          "quant": setup.quant.name, "vllm_version": str(setup.version),
                          "offline": offline,
@@ -91,21 +98,22 @@ def simulate(
     return 0 if run.status == "ok" else 1
 
 
-def _print_ran(run, step_model) -> dict:
-    """A run that started: the bench table and the simulated server's facts, printed; the
-    result's keys and the simulator's own."""
+def _print_ran(prediction, step_model) -> dict:
+    """A run that started: the bench table, the intervals and flags, and the simulated
+    server's facts, printed; the result's keys, the intervals and flags, and the simulator's
+    own."""
     from sweetspot.metrics.run import Measurement
-    from sweetspot.metrics.serve import compute_result
 
-    result = compute_result(run.records)
+    run, result = prediction.run, prediction.result
     errors: dict[str, int] = {}
     for record in run.records:
         if record.error:
             errors[record.error] = errors.get(record.error, 0) + 1
     _print_result(Measurement(result, None, tuple(errors.items())))
+    _print_intervals(prediction)
     _print_sim_facts(run)
     facts = run.facts
-    return {**result.to_dict(), "simulator": {
+    return {**result.to_dict(), **prediction.to_dict(), "simulator": {
         "engine": facts.engine,
         "kv_cache_tokens": facts.kv_cache_tokens, "max_concurrency": facts.max_concurrency,
         "peak_kv_usage": facts.peak_kv_usage, "preemptions": facts.preemptions,
@@ -139,6 +147,34 @@ def _sim_unfit(setup, run):
     return fit_finding(setup.arch, setup.quant, setup.hardware, run.config, setup.version,
                        draft=None if isinstance(plan, str) else plan.draft,
                        cpu_kvcache_space_bytes=setup.cpu_kvcache_space_bytes)
+
+
+_SHOWN = (("Output token throughput (tok/s)", "output_throughput", "{:,.0f}"),
+          ("Request throughput (req/s)", "request_throughput", "{:,.2f}"),
+          ("Median / P99 TTFT (ms)", ("median_ttft_ms", "p99_ttft_ms"), "{:,.0f}"),
+          ("Median / P99 TPOT (ms)", ("median_tpot_ms", "p99_tpot_ms"), "{:,.1f}"),
+          ("Median ITL (ms)", "median_itl_ms", "{:,.1f}"),
+          ("Median E2EL (ms)", "median_e2el_ms", "{:,.0f}"))
+
+
+def _print_intervals(prediction) -> None:
+    """The main figures with their intervals (every key's is in the JSON), then the flags."""
+    u = prediction.uncertainty
+    table = Table(title=f"Prediction intervals (steps ±{u.relative:.0%}: {u.basis})",
+                  show_header=False)
+    table.add_column("metric")
+    table.add_column("interval", justify="right")
+    for label, keys, fmt in _SHOWN:
+        parts = []
+        for key in (keys,) if isinstance(keys, str) else keys:
+            if key in prediction.intervals:
+                low, high = prediction.intervals[key]
+                parts.append(f"{fmt.format(low)}-{fmt.format(high)}")
+        if parts:
+            table.add_row(label, " / ".join(parts))
+    _out.print(table)
+    for flag in prediction.flags:
+        _out.print(f"flag {flag.code}: {flag.message}", markup=False)
 
 
 def _print_sim_facts(run) -> None:

@@ -55,6 +55,9 @@ class Calibration(BaseModel):
     coefficients_s: tuple[NonNegativeFloat, ...]
     request_latency_s: float
     fitted_on: tuple[dict[str, Any], ...] = ()  # per statistic: run, metric, measured, predicted
+    # The largest steps the fitted runs simulated ("max_batch", "max_step_tokens"): beyond
+    # them the coefficients extrapolate (older files have none).
+    covered: dict[str, float] = {}
 
     @model_validator(mode="after")
     def _one_coefficient_per_feature(self) -> Calibration:
@@ -69,13 +72,15 @@ class Calibration(BaseModel):
 
     @classmethod
     def of(cls, hardware: Hardware, arch: ModelArch, version: object, step_model: LinearStepModel,
-           fitted_on: Sequence[Mapping[str, Any]]) -> Calibration:
+           fitted_on: Sequence[Mapping[str, Any]],
+           covered: Mapping[str, float] | None = None) -> Calibration:
         """The calibration of ``step_model``, fitted on ``fitted_on`` for this hardware, model
         and vLLM release."""
         return cls(hardware=hardware.name, model=arch.name, fingerprint=model_fingerprint(arch),
                    vllm_version=str(version), coefficients_s=step_model.coefficients,
                    request_latency_s=step_model.request_latency_s,
-                   fitted_on=tuple(dict(row) for row in fitted_on))
+                   fitted_on=tuple(dict(row) for row in fitted_on),
+                   covered=dict(covered or {}))
 
 
 def save_calibration(path: Path, calibration: Calibration) -> None:

@@ -70,6 +70,7 @@ class FitReport:
     model: LinearStepModel
     iterations: int
     rows: tuple[tuple[str, str, float, float], ...]  # (run, metric, measured, predicted)
+    covered: dict[str, float] | None = None  # the largest steps simulated: max_batch, ...
 
 
 # Simulates one observation's run (its requests, concurrency limit and, where it has one, its
@@ -173,11 +174,16 @@ def fit_step_model(observations: Sequence[Observation], simulate_run: Simulate,
             break
         previous = solution
     rows = []
+    covered = {"max_batch": 0.0, "max_step_tokens": 0.0}
     for obs in observations:
         run = simulate_run(obs, model)
+        if run.facts is not None:
+            covered["max_batch"] = max(covered["max_batch"], run.facts.max_batch)
+            covered["max_step_tokens"] = max(covered["max_step_tokens"],
+                                             run.facts.max_step_tokens)
         for metric, row, value in _rows(run, obs, model.request_latency_s / 2):
             scale = 1.0 if metric == "duration" else 1000.0
             rows.append((obs.label, metric, value * scale, float(row @ np.append(
                 model.coefficients, model.request_latency_s)) * scale))
-    return FitReport(model, iterations, tuple(rows))
+    return FitReport(model, iterations, tuple(rows), covered)
 

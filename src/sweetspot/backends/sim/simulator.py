@@ -75,6 +75,11 @@ class SimFacts:
     spec_draft_tokens: int
     spec_accepted_tokens: int
     engine: str = "V1"  # what ran: "V0", "V0, multi-step 10", "V1, async scheduling", ...
+    max_batch: int = 0  # most requests in one step
+    max_step_tokens: int = 0  # most tokens in one step
+    # Share of the time the engine was busy while requests kept arriving (from the first
+    # arrival to the last); None when they all came at once. Near 1: at or past capacity.
+    busy_share: float | None = None
 
     @property
     def prefix_hit_rate(self) -> float | None:
@@ -272,6 +277,9 @@ def _facts(memory: MemoryEstimate, version: Version, scheduler: Scheduler,
         spec_draft_tokens=loop.spec_draft_tokens,
         spec_accepted_tokens=loop.spec_accepted_tokens,
         engine=engine,
+        max_batch=loop.max_batch,
+        max_step_tokens=loop.max_step_tokens,
+        busy_share=loop.busy_share,
     )
 
 
@@ -292,6 +300,9 @@ class _Loop:
         self.trace = trace
         self.steps = 0
         self.batch_sum = 0
+        self.max_batch = self.max_step_tokens = 0
+        self._window = (0.0, 0.0)  # first and last scheduled arrival
+        self._busy_in_window = 0.0
         self.compute_bound_steps: int | None = 0
         self.spec_draft_tokens = self.spec_accepted_tokens = 0
         self.starts: list[float] = []
@@ -317,6 +328,8 @@ class _Loop:
             (SimRequest(r.request_id, r.prompt_tokens, r.output_tokens, r.priority, r.arrival_s,
                         r.prompt_token_ids, r.prefix_group) for r in requests),
             key=lambda q: (q.scheduled_s, q.rid)))
+        if self._pending:
+            self._window = (self._pending[0].scheduled_s, self._pending[-1].scheduled_s)
         self._dispatch(0.0)
         t = 0.0
         while True:
@@ -330,6 +343,15 @@ class _Loop:
             if self.steps > MAX_STEPS:
                 raise RuntimeError("simulation exceeded its step limit")
         return self._records(sched.finished + self._rejected)
+
+    @property
+    def busy_share(self) -> float | None:
+        """Busy share of the arrival window (``SimFacts.busy_share``); None when it is empty
+        or the run is a closed loop (its arrivals follow its completions)."""
+        first, last = self._window
+        if last - first <= 0 or self.limit is not None:
+            return None
+        return min(1.0, self._busy_in_window / (last - first))
 
     def _dispatch(self, now: float) -> None:
         """Send held requests while the concurrency limit has room; each reaches the engine
@@ -381,6 +403,11 @@ class _Loop:
         t += step.duration_s
         self.steps += 1
         self.batch_sum += plan.shape.num_seqs
+        self.max_batch = max(self.max_batch, plan.shape.num_seqs)
+        self.max_step_tokens = max(self.max_step_tokens, plan.shape.num_tokens)
+        if t - step.duration_s < self._window[1]:
+            self._busy_in_window += min(t, self._window[1]) - max(t - step.duration_s,
+                                                                   self._window[0])
         if step.compute_bound is None:
             self.compute_bound_steps = None
         elif self.compute_bound_steps is not None and step.compute_bound:
