@@ -41,6 +41,13 @@ def flags_of(prediction) -> set[str]:
     return {f.code for f in prediction.flags}
 
 
+def test_the_measured_pairs_hold_every_public_case() -> None:
+    from sweetspot.backends.sim.uncertainty import MEASURED
+    from sweetspot.testing.public_cases import CASES
+
+    assert {(c.gpu, c.model) for c in CASES} <= set(MEASURED)
+
+
 def test_the_basis_sets_the_width() -> None:
     assert step_uncertainty(setup()).relative == MEASURED_PAIR_UNCERTAINTY  # P8, P3: measured
     unmeasured = step_uncertainty(setup("l4", "qwen2.5-0.5b"))

@@ -43,9 +43,12 @@ UNMEASURED_UNCERTAINTY = 0.25
 CALIBRATED_FLOOR, CALIBRATED_DEFAULT = 0.03, 0.05
 KNEE = 0.10  # offered rate within this share of the capacity
 CAPACITY_REQUESTS = 2000  # the capacity run: the first requests, all at once
-# GPU and model shapes measured here (benchmarks/gpu: H200 and H100, a Qwen2.5-7B-shaped
-# dummy model, vLLM 0.24), beside those of the public cases.
-OWN_MEASUREMENTS = (("h200", "qwen2.5-7b"), ("h100", "qwen2.5-7b"))
+# GPU and model shapes with measurements behind them: the public cases' (testing/public_cases,
+# a test keeps this list in step with them) and our own (benchmarks/gpu: H200 and H100, a
+# Qwen2.5-7B-shaped dummy model, vLLM 0.24).
+MEASURED = (("h100", "llama-3-8b"), ("a100-80gb", "llama-3-8b"), ("h100", "llama-3.1-8b"),
+            ("h100", "mistral-7b"), ("a100-80gb", "mistral-7b"), ("a100-80gb", "qwen2-7b"),
+            ("h100", "qwen3-14b"), ("h200", "qwen2.5-7b"), ("h100", "qwen2.5-7b"))
 _RATES = ("request_throughput", "output_throughput", "total_token_throughput",
           "request_goodput", "max_output_tokens_per_s")
 
@@ -84,11 +87,9 @@ def _measured_shapes() -> frozenset[tuple[str, tuple[int, ...]]]:
     """(GPU, model shape) pairs with measurements behind them."""
     from sweetspot.backends.sim.calibration import model_fingerprint
     from sweetspot.spec.model import load_model
-    from sweetspot.testing.public_cases import CASES
 
-    pairs = {(c.gpu, c.model) for c in CASES} | set(OWN_MEASUREMENTS)
     return frozenset((gpu, tuple(model_fingerprint(load_model(model).arch).values()))
-                     for gpu, model in pairs)
+                     for gpu, model in MEASURED)
 
 
 def step_uncertainty(setup: SimSetup, fitted_on: Sequence[Mapping[str, Any]] | None = None
