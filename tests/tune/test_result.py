@@ -62,7 +62,8 @@ def test_a_study_reads_back_as_it_was_written() -> None:
             "objective": "throughput", "slos": {"p99_ttft_ms": 500.0}, "baseline": 3,
             "trials": [ROW], "picks": [{"goal": "max-throughput", "trial": 3, "gain": {},
                                         "reasons": ["your configuration"],
-                                        "command": "vllm serve m", "yaml": "model: m\n"}],
+                                        "command": "vllm serve m", "yaml": "model: m\n",
+                                        "rivals": [5, 7]}],
             "pareto": [3], "confirmation": None, "settings": {"vllm": {"args": ["-x"]}},
             "rate_search": None, "offered_rate": 3.5, "rate_note": None, "resolution": 0.02}
     study = StudyResult.from_dict(json.loads(json.dumps(data)))

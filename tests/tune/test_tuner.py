@@ -321,3 +321,43 @@ def test_pareto_numbers_are_non_dominated_by_throughput_ascending():
     assert pareto_numbers(points) == (6, 1, 3)
     assert pareto_numbers([]) == ()
     assert pareto_numbers([(9, 1.0, 1.0), (4, 1.0, 1.0)]) == (4,)
+
+
+def test_rivals_are_the_trials_the_intervals_cannot_separate() -> None:
+    """Steps ±10 %: throughputs within a factor 1.1^2 = 1.21 of the pick overlap it."""
+    from sweetspot.tune.picks import rivals
+
+    def row(n, seqs, tp, ttft):
+        return TrialResult(number=n, status="ok", cause=None, slo_ok=True,
+                           config={"max_num_seqs": seqs}, phase="ofat", knob="max_num_seqs",
+                           memory_bytes=10 * 2**30,
+                           metrics={"output_throughput": tp, "p99_ttft_ms": ttft,
+                                    "p99_tpot_ms": 20.0, "request_throughput": tp / 100})
+    rows = [row(0, 64, 1000.0, 300.0), row(1, 128, 1150.0, 320.0),
+            row(2, 256, 1300.0, 400.0), row(3, 512, 1300.0, 400.0),
+            row(4, 1024, 1100.0, 900.0), row(5, 32, 600.0, 250.0)]
+    rows[3] = dataclasses.replace(rows[3], metrics=dict(rows[2].metrics))  # same numbers
+    picks = {p.goal: p for p in choose_picks(rows, rows[0], None, resolution=0.02)}
+    assert picks["max-throughput"].row.number == 2
+    near = rivals(picks["max-throughput"], rows, None, 0.10)
+    assert [r.number for r in near] == [1, 4]  # 1150 and 1100 >= 1300 / 1.21; 1000 is not
+    assert rivals(picks["max-throughput"], rows, None, 0.0) == []
+    assert rivals(picks["memory-limited"], rows, None, 0.10) == []  # the memory model's
+
+
+def test_a_simulated_study_names_its_picks_rivals(tmp_path: Path) -> None:
+    from sweetspot.tune.result import StudyResult
+    from sweetspot.tune.study import run_study
+    from tests.tune.executors.conftest import tune_settings_of
+
+    settings = tune_settings_of(model="qwen2.5-0.5b", gpu="l4", workload="short",
+                                num_requests=64, confirm=0, seed=3, trials=16,
+                                study_name="r").study
+    data = run_study(settings, f"sqlite:///{tmp_path / 's.db'}", resume=False)
+    assert isinstance(data, StudyResult)
+    best = next(p for p in data.picks if p.goal == "max-throughput")
+    assert best.rivals, "a 25 % band (an unmeasured pair) holds some trial of the sweep"
+    by_number = {t.number: t for t in data.trials}
+    for number in best.rivals:
+        assert by_number[number].throughput * 1.25 ** 2 >= by_number[best.trial].throughput
+    assert any("within the simulator's uncertainty (steps ±25%" in r for r in best.reasons)

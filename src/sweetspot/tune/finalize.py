@@ -21,7 +21,9 @@ from sweetspot.tune.picks import (
     candidates,
     changed_knobs,
     choose_picks,
+    latency_keys,
     reasons_for,
+    rivals,
 )
 from sweetspot.tune.result import TrialResult
 from sweetspot.tune.settings import StudySettings
@@ -63,7 +65,38 @@ def finalize_picks(settings: StudySettings, tuner: Tuner, evaluator: Evaluator,
     confirmation = confirm_finalists(evaluator, finalists, settings.confirm_repeats,
                                      pairs=getattr(tuner.executor, "pairs", None))
     picks = _confirmed(picks, confirmation, base_row, tuner.ordered_rows(), resolution)
+    uncertainty = getattr(evaluator.backend, "uncertainty", None)
+    if kind == "sim" and uncertainty is not None:
+        picks = _name_rivals(picks, tuner.ordered_rows(), settings.slos, uncertainty())
     return picks, confirmation
+
+
+def _figure(goal: str, row: TrialResult, slos: dict) -> str:
+    """A rival's figure for ``goal``, in words."""
+    if goal == "low-latency":
+        return ", ".join(f"{key.split('_')[0].upper()} {key.split('_')[1].upper()} "
+                         f"{row.metrics[key]:,.1f} ms" for key in latency_keys(slos)
+                         if key in row.metrics)
+    return f"{row.throughput:,.0f} tok/s"
+
+
+def _name_rivals(picks: list[Pick], rows: list[TrialResult], slos: dict,
+                 uncertainty) -> list[Pick]:
+    """Each simulated pick with the trials its intervals cannot separate it from, named in
+    its reasons: the configurations to measure on the GPU before betting on the ranking."""
+    out = []
+    for pick in picks:
+        near = rivals(pick, rows, slos, uncertainty.relative)
+        if near:
+            names = ", ".join(f"trial {r.number} ({_figure(pick.goal, r, slos)})" for r in near)
+            pick = Pick(pick.goal, pick.row, pick.gain, (
+                *pick.reasons,
+                f"within the simulator's uncertainty (steps ±{uncertainty.relative:.0%}: "
+                f"{uncertainty.basis}) of {names}: measure them before betting on the "
+                "ranking (sweetspot compare, or tune --backend vllm over them)"),
+                tuple(r.number for r in near if r.number is not None))
+        out.append(pick)
+    return out
 
 
 def _simplify(tuner: Tuner, base_row: TrialResult | None, offered: float | None,

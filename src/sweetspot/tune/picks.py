@@ -29,7 +29,7 @@ from sweetspot.tune.result import THROUGHPUT, TrialResult
 
 __all__ = ["DEFAULT_LATENCY_KEYS", "GOALS", "RESOLUTION", "Pick", "candidates", "changed_knobs",
            "choose_picks", "latency_keys", "pareto_front", "pareto_numbers",
-           "reasons_for"]
+           "reasons_for", "rivals"]
 
 GOALS = ("max-throughput", "low-latency", "memory-limited", "balanced")
 LATENCY = "p99_e2el_ms"  # the Pareto front's latency axis
@@ -46,6 +46,9 @@ class Pick:
     row: TrialResult
     gain: dict[str, float]  # relative change vs the baseline: +0.35 = 35 % more
     reasons: tuple[str, ...]
+    # Trials the simulator's intervals cannot separate from this one on the goal's figure
+    # (``rivals``): the ones to measure before betting on the ranking.
+    rivals: tuple[int, ...] = ()
 
 
 def _tp(row: TrialResult) -> float:
@@ -127,6 +130,26 @@ def _goals(pool: Sequence[TrialResult], keys: Sequence[str]) -> list[_Goal]:
         _Goal("memory-limited", lambda r: r.memory_bytes or math.inf, False),
         _Goal("balanced", lambda r: (_tp(r) / best_tp) * (best_lat / latency(r)), True),
     ]
+
+
+def rivals(pick: Pick, rows: Sequence[TrialResult], slos: Mapping[str, float] | None,
+           relative: float, most: int = 3) -> list[TrialResult]:
+    """The feasible trials whose figure for ``pick``'s goal lies within the pick's when both
+    may be ``relative`` off either way (intervals that overlap: a ratio within
+    (1 + relative)^2), best first. Memory is the memory model's, not the step model's: the
+    memory-limited goal has none."""
+    pool = candidates(rows)
+    goal = next((g for g in _goals(pool, latency_keys(slos)) if g.name == pick.goal), None)
+    if goal is None or pick.goal == "memory-limited":
+        return []
+    mine = goal.figure(pick.row)
+    band = (1 + relative) ** 2
+    # A trial with the pick's very numbers is the same server spelled otherwise (a default
+    # set explicitly): nothing to separate.
+    near = [r for r in pool if r.number != pick.row.number and r.metrics != pick.row.metrics
+            and (goal.figure(r) * band >= mine if goal.higher else goal.figure(r) <= mine * band)]
+    near.sort(key=lambda r: -goal.figure(r) if goal.higher else goal.figure(r))
+    return near[:most]
 
 
 def _within(value: float, best: float, higher: bool, resolution: float) -> bool:

@@ -125,20 +125,24 @@ class PickResult:
     reasons: tuple[str, ...] = ()
     command: str | None = None  # `vllm serve ...` for the user's release
     yaml: str | None = None  # the same as a vLLM config file
+    rivals: tuple[int, ...] = ()  # trials a simulated study cannot separate from this one
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gain", _frozen(self.gain))
         object.__setattr__(self, "reasons", tuple(self.reasons))
+        object.__setattr__(self, "rivals", tuple(self.rivals))
 
     def to_dict(self) -> dict[str, Any]:
         return {"goal": self.goal, "trial": self.trial, "gain": dict(self.gain),
-                "reasons": list(self.reasons), "command": self.command, "yaml": self.yaml}
+                "reasons": list(self.reasons), "command": self.command, "yaml": self.yaml,
+                "rivals": list(self.rivals)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PickResult:
         return cls(goal=str(data.get("goal")), trial=data.get("trial"),
                    gain=data.get("gain") or {}, reasons=tuple(data.get("reasons") or ()),
-                   command=data.get("command"), yaml=data.get("yaml"))
+                   command=data.get("command"), yaml=data.get("yaml"),
+                   rivals=tuple(int(n) for n in data.get("rivals") or ()))
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,6 +185,7 @@ def _store_outcome(store: StudyStore, settings: StudySettings, study: ResolvedSt
     model_ref, quant, version = settings.model, study.quant, study.version
     store.set_attr("picks", [
         {"goal": p.goal, "trial": p.row.number, "gain": p.gain, "reasons": list(p.reasons),
+         "rivals": list(p.rivals),
          "command": render_serve(_served(p.row, quant), model_ref, version).command(),
          "yaml": render_yaml(_served(p.row, quant), model_ref, version)}
         for p in picks])

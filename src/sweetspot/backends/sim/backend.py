@@ -41,6 +41,7 @@ from sweetspot.backends.loadgen import LoadConfig
 from sweetspot.backends.records import RequestRecord
 from sweetspot.backends.sim.cost import StepTimeModel
 from sweetspot.backends.sim.simulator import SimSetup, SimStart, simulate, start
+from sweetspot.backends.sim.uncertainty import StepUncertainty, step_uncertainty
 from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.requests import Request
 
@@ -56,23 +57,30 @@ class SimBackend:
     measured = False
 
     def __init__(self, setup: SimSetup, model: StepTimeModel | None = None, seed: int = 0,
-                 speed_spread: float = 0.0):
+                 speed_spread: float = 0.0, fitted_on: tuple[dict, ...] | None = None):
         self.setup = setup  # its config is replaced per trial
         self.model = model  # a calibrated step-time model, or None for the roofline
+        self.fitted_on = fitted_on  # the calibration's fit rows (its residuals)
         self.seed = seed
         self.speed_spread = speed_spread  # log-sd of a served configuration's step times
         self._served = 0  # servers served so far: each draws its own speed
 
     @classmethod
     def for_target(cls, target: Target) -> SimBackend:
-        step_model = None
+        step_model = fitted_on = None
         if target.calibration:
             from sweetspot.backends.sim.calibration import load_calibration
 
-            step_model = load_calibration(Path(target.calibration), target.setup.hardware,
-                                          target.setup.arch).step_model
+            cal = load_calibration(Path(target.calibration), target.setup.hardware,
+                                   target.setup.arch)
+            step_model, fitted_on = cal.step_model, cal.fitted_on
         return cls(target.setup, step_model, seed=target.seed,
-                   speed_spread=float(target.options.get("speed_spread", 0.0)))
+                   speed_spread=float(target.options.get("speed_spread", 0.0)),
+                   fitted_on=fitted_on)
+
+    def uncertainty(self) -> StepUncertainty:
+        """How far this backend's step times may be off (``uncertainty.step_uncertainty``)."""
+        return step_uncertainty(self.setup, self.fitted_on if self.model is not None else None)
 
     def _step_factor(self) -> float:
         """The next served configuration's step-time factor (1 without a spread)."""
