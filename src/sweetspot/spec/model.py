@@ -28,6 +28,7 @@ __all__ = [
     "checkpoint_quantization",
     "kv_dtype_bytes",
     "load_model",
+    "model_fingerprint",
     "model_names",
 ]
 
@@ -326,3 +327,12 @@ def checkpoint_quantization(ref: str, resolved: ResolvedModel,
             "offline (leave --quant out to serve the folder as it is)"
         )
     return requested
+
+
+_SHAPE_FIELDS = ("num_layers", "hidden_size", "intermediate_size", "num_heads", "num_kv_heads",
+                 "head_dim", "vocab_size", "num_experts")
+
+
+def model_fingerprint(arch: ModelArch) -> dict[str, int]:
+    """What makes two models the same to a GPU: their shapes (not names, not weights)."""
+    return {name: int(getattr(arch, name)) for name in _SHAPE_FIELDS}

@@ -24,7 +24,7 @@ from sweetspot.backends.sim.fit import FIT_METRICS, Observation
 from sweetspot.metrics.run import bunched_streams
 from sweetspot.spec.hardware import Hardware
 from sweetspot.spec.knobs import ServingConfig
-from sweetspot.spec.model import ModelArch
+from sweetspot.spec.model import ModelArch, model_fingerprint
 from sweetspot.spec.requests import Request, sample_requests
 from sweetspot.spec.workload import validate_workload
 
@@ -32,14 +32,6 @@ __all__ = ["Calibration", "load_calibration", "model_fingerprint", "observation_
            "observation_from_result", "profile_poisson_rate", "save_calibration"]
 
 FORMAT = "sweetspot-calibration/1"
-_SHAPE_FIELDS = ("num_layers", "hidden_size", "intermediate_size", "num_heads", "num_kv_heads",
-                 "head_dim", "vocab_size", "num_experts")
-
-
-def model_fingerprint(arch: ModelArch) -> dict[str, int]:
-    return {name: int(getattr(arch, name)) for name in _SHAPE_FIELDS}
-
-
 class Calibration(BaseModel):
     """A calibration file as written and read: its fields are the file's keys, checked on load
     (extra keys, a wrong format or feature list, negative coefficients are errors)."""

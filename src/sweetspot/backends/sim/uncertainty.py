@@ -85,8 +85,7 @@ class Prediction:
 @cache
 def _measured_shapes() -> frozenset[tuple[str, tuple[int, ...]]]:
     """(GPU, model shape) pairs with measurements behind them."""
-    from sweetspot.backends.sim.calibration import model_fingerprint
-    from sweetspot.spec.model import load_model
+    from sweetspot.spec.model import load_model, model_fingerprint
 
     return frozenset((gpu, tuple(model_fingerprint(load_model(model).arch).values()))
                      for gpu, model in MEASURED)
@@ -102,7 +101,7 @@ def step_uncertainty(setup: SimSetup, fitted_on: Sequence[Mapping[str, Any]] | N
         relative = (max(CALIBRATED_FLOOR, min(statistics.median(errors), 0.25)) if errors
                     else CALIBRATED_DEFAULT)
         return StepUncertainty(relative, "calibrated on this server")
-    from sweetspot.backends.sim.calibration import model_fingerprint
+    from sweetspot.spec.model import model_fingerprint
 
     shape = tuple(model_fingerprint(setup.arch).values())
     if (setup.hardware.name, shape) in _measured_shapes():
