@@ -65,6 +65,19 @@ bench() {  # bench NAME WORKLOAD N [options]: one run on the server, its JSON un
         --detailed --vocab-size 32000 "$@" 2>&1 | tail -n 4
 }
 
+quickest() {  # QUICK=2: about three minutes after the server is up
+    bench a01-sharegpt-fresh sharegpt-228-202 300 --rate inf --warmup 0
+    for p in 128 1024 4096 8192 16384 24576; do
+        bench a03-prefill-$p prefill-$p 3 --concurrency 1 --warmup 0 --seed $p
+    done
+    bench a04-decode-c1 decode-256-256 3 --concurrency 1
+    bench a04-decode-c8 decode-256-256 16 --concurrency 8
+    bench a04-decode-c32 decode-256-256 64 --concurrency 32
+    bench a08-closed-20000 closed-20000-200 32 --concurrency 16
+    bench a05-random-2000-100 random-2000-100 100 --rate inf
+    stop
+}
+
 quick() {  # QUICK=1: what fits about six minutes after the server is up
     bench a01-sharegpt-fresh sharegpt-228-202 300 --rate inf --warmup 0
     bench a02-sharegpt-inf sharegpt-228-202 400 --rate inf
@@ -84,7 +97,7 @@ quick() {  # QUICK=1: what fits about six minutes after the server is up
 batch() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     if [ -n "${QUICK:-}" ]; then
-        serve A --max-model-len 32768 && quick
+        serve A --max-model-len 32768 && if [ "$QUICK" = 2 ]; then quickest; else quick; fi
         echo "== batch done $(date -u +%T)"
         return
     fi
