@@ -64,3 +64,20 @@ def test_a_knob_both_fixed_and_searched_is_refused() -> None:
         _resolve({"max_num_seqs": 64}, {"max_num_seqs": (32, 64)})
     with pytest.raises(SweetspotError, match="given to both --fix and --space"):
         _resolve({"max_num_seqs": 64}, {"max_num_seqs": None})
+
+
+def test_a_v0_baseline_keeps_its_chunking_when_max_model_len_is_swept() -> None:
+    """0.6.3 chunks prefills by default only over 32K (Llama-3.1-8B: 131,072), with a 512-token
+    budget: made explicit, so a trial at a short max_model_len stays valid for vLLM."""
+    from sweetspot.engine.validate import validate_config
+
+    arch, hw, version = load_model("llama-3.1-8b").arch, load_hardware("h100"), \
+        parse_vllm_version("0.6.3")
+    _, baseline = resolve_space_and_baseline(None, {}, ServingConfig(), version, hw, arch,
+                                             WORKLOAD)
+    assert (baseline.enable_chunked_prefill, baseline.max_num_batched_tokens) == (True, 512)
+    short = baseline.replace(max_model_len=4096)
+    assert not [p for p in validate_config(short, version, hw, arch) if p.severity == "error"]
+    _, v1 = resolve_space_and_baseline(None, {}, ServingConfig(), parse_vllm_version("0.8.0"),
+                                       hw, arch, WORKLOAD)
+    assert v1.enable_chunked_prefill is None  # V1: always on, nothing to pin

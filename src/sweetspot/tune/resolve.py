@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweetspot._errors import SweetspotError
-from sweetspot.engine.releases import resolve_defaults
+from sweetspot.engine.releases import V1_ENGINE_SINCE, resolve_defaults
 from sweetspot.spec.hardware import load_hardware
 from sweetspot.spec.knobs import ServingConfig
 from sweetspot.spec.model import load_model
@@ -72,6 +72,11 @@ def resolve_space_and_baseline(settings_space: dict[str, list[str]] | None, chan
         if storage_label(value) not in dim.labels:
             dim = dataclasses.replace(dim, values=(value, *dim.values))
         dims.append(dim)
+    if version < V1_ENGINE_SINCE and baseline.enable_chunked_prefill is None:
+        # V0 chunks prefills by default only over 32K of context, and the token budget's
+        # default follows: a trial with a shorter max_model_len must keep the baseline's
+        # chunking, or its explicit budget would be refused (budget < max_model_len).
+        explicit["enable_chunked_prefill"] = resolved.enable_chunked_prefill
     return SearchSpace(tuple(dims)), baseline.replace(**explicit)
 
 
