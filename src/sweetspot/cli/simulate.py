@@ -59,7 +59,6 @@ def simulate(
     Exit 0: it ran; 1: vLLM would refuse the configuration (an oom names the tensor-parallel
     size that fits); 2: unusable input.
     """
-    from sweetspot.backends.sim.uncertainty import predict
     from sweetspot.spec.loaders import load_workload
     from sweetspot.spec.requests import sample_requests
 
@@ -68,21 +67,16 @@ def simulate(
                              " leave out --rate and --concurrency")
     setup = _sim_setup(model, gpu, quant, settings, vllm_version, cpu_kvcache_space, acceptance)
     setup = dataclasses.replace(setup, offline=offline)
-    step_model = cal = None
+    cal = None
     if calibration is not None:
         from sweetspot.backends.sim.calibration import load_calibration
 
         cal = load_calibration(calibration, setup.hardware, setup.arch)
-        step_model = cal.step_model
     wl = _override_arrivals(load_workload(workload), "inf" if offline else rate, concurrency,
                             1.0)
     requests = sample_requests(wl, num_requests, seed=seed, vocab_size=setup.arch.vocab_size)
-    prediction = predict(setup, requests, max_concurrency=concurrency, model=step_model,
-                         seed=seed or 0, warmup=0 if offline else 1,
-                         fitted_on=cal.fitted_on if cal else None,
-                         covered=cal.covered if cal else None,
-                         offered_rate=wl.arrival.rate if wl.arrival.process in (
-                             "poisson", "gamma", "constant") else None)
+    prediction = _predict(setup, requests, wl, cal, concurrency, seed or 0, offline)
+    step_model = cal.step_model if cal else None
     run = prediction.run
     data: dict = {"status": run.status, "cause": run.cause}
     data.update(_print_ran(prediction, step_model) if run.status == "ok"
@@ -96,6 +90,18 @@ def simulate(
     if json_path is not None:
         _write_json(json_path, data)
     return 0 if run.status == "ok" else 1
+
+
+def _predict(setup, requests, wl, cal, concurrency: int | None, seed: int, offline: bool):
+    """The prediction with its intervals and flags (a calibration's fit rows and range)."""
+    from sweetspot.backends.sim.uncertainty import predict
+
+    rated = wl.arrival.process in ("poisson", "gamma", "constant")
+    return predict(setup, requests, max_concurrency=concurrency,
+                   model=cal.step_model if cal else None, seed=seed,
+                   warmup=0 if offline else 1, fitted_on=cal.fitted_on if cal else None,
+                   covered=cal.covered if cal else None,
+                   offered_rate=wl.arrival.rate if rated else None)
 
 
 def _print_ran(prediction, step_model) -> dict:

@@ -147,13 +147,7 @@ def advise(
     builders = (_max_throughput, _low_latency, _memory_limited, _balanced)
     picks = []
     for goal, build in zip(GOALS, builders, strict=True):
-        config, reasons, draft = build(context, base)
-        tokens = config.max_num_batched_tokens
-        if version < V1_ENGINE_SINCE and tokens is not None and tokens < max_len:
-            config = config.replace(enable_chunked_prefill=True)
-            reasons.append(f"--enable-chunked-prefill: {version}'s V0 engine takes whole prompts"
-                           f" unless it chunks them, and a {tokens}-token step is shorter than "
-                           "max-model-len")
+        config, reasons, draft = _v0_chunking(*build(context, base), version, max_len)
         est = memory(config, draft)
         if not est.ok:  # never print a command that cannot start
             config = config.replace(gpu_memory_utilization=0.95, speculative=None)
@@ -174,6 +168,19 @@ def advise(
                           (*common, *reasons)))
     return Advice(model_ref, hardware, version, quant, workload, stats, max_len, tuple(picks),
                   _guide_notes(version, hardware))
+
+
+def _v0_chunking(config: ServingConfig, reasons: list[str], draft: ModelArch | None,
+                 version: Version, max_len: int
+                 ) -> tuple[ServingConfig, list[str], ModelArch | None]:
+    """A V0 pick whose token budget is under max-model-len must chunk its prefills."""
+    tokens = config.max_num_batched_tokens
+    if version < V1_ENGINE_SINCE and tokens is not None and tokens < max_len:
+        config = config.replace(enable_chunked_prefill=True)
+        reasons.append(f"--enable-chunked-prefill: {version}'s V0 engine takes whole prompts "
+                       f"unless it chunks them, and a {tokens}-token step is shorter than "
+                       "max-model-len")
+    return config, reasons, draft
 
 
 @dataclass(frozen=True, slots=True)

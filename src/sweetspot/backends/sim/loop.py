@@ -1,0 +1,191 @@
+"""The engine's main loop on a simulated clock, with the client's sends around it (see
+``simulator``'s module text for the clock's conventions).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Sequence
+
+import numpy as np
+
+from sweetspot.backends.records import RequestRecord
+from sweetspot.backends.sim.cost import StepShape, StepTimeModel
+from sweetspot.backends.sim.request import SimRequest
+from sweetspot.backends.sim.scheduler import Scheduler
+from sweetspot.spec.requests import Request
+
+__all__ = ["MAX_STEPS", "EngineLoop"]
+
+MAX_STEPS = 5_000_000  # a guard against a scheduler that stops making progress
+
+
+class EngineLoop:
+    """The engine's main loop on a simulated clock, with the client's sends around it. A loop
+    runs once: its counters, decode times and queues are that run's."""
+
+    def __init__(self, scheduler: Scheduler, model: StepTimeModel, *, async_scheduling: bool,
+                 max_model_len: int, max_concurrency: int | None, trace: bool,
+                 offline: bool = False) -> None:
+        self.scheduler, self.model = scheduler, model
+        self.async_scheduling = async_scheduling
+        self.max_model_len = max_model_len
+        self.limit = max_concurrency
+        self.half_latency = 0.0 if offline else model.request_latency_s / 2
+        self.intake_s = 0.0 if offline else model.request_intake_s
+        self._intake_free = 0.0  # when the API server can take the next request
+        self.trace = trace
+        self.steps = 0
+        self.batch_sum = 0
+        self.max_batch = self.max_step_tokens = 0
+        self._window = (0.0, 0.0)  # first and last scheduled arrival
+        self._busy_in_window = 0.0
+        self.compute_bound_steps: int | None = 0
+        self.spec_draft_tokens = self.spec_accepted_tokens = 0
+        self.starts: list[float] = []
+        self.durations: list[float] = []
+        self.shapes: list[StepShape] = []
+        self.dtimes: list[float] = []  # end time of each decode step of this loop
+        self.first_dstep = scheduler.dnext
+        # The client's side of one run: requests not yet sent (a concurrency limit holds them),
+        # those sent but not yet at the engine by (engine arrival, rid), and how many are out.
+        self._pending: deque[SimRequest] = deque()
+        self._upcoming: list[tuple[float, int, SimRequest]] = []
+        self._inflight = 0
+        self._rejected: list[SimRequest] = []  # longer than max_model_len: refused on arrival
+
+    def run(self, requests: Sequence[Request]) -> tuple[RequestRecord, ...]:
+        """The records of ``requests``: each sent, admitted (or refused) and run to its last token.
+
+        Invariant: at the top of each pass ``t`` is when the engine is free, and every request
+        that reached the engine by ``t`` is with the scheduler (or rejected). The engine then
+        runs one step from ``t`` if it has work, and otherwise idles to the next arrival."""
+        sched = self.scheduler
+        self._pending = deque(sorted(
+            (SimRequest(r.request_id, r.prompt_tokens, r.output_tokens, r.priority, r.arrival_s,
+                        r.prompt_token_ids, r.prefix_group) for r in requests),
+            key=lambda q: (q.scheduled_s, q.rid)))
+        if self._pending:
+            self._window = (self._pending[0].scheduled_s, self._pending[-1].scheduled_s)
+        self._dispatch(0.0)
+        t = 0.0
+        while True:
+            self._admit(t)
+            if not sched.has_work:
+                if not self._upcoming:
+                    break
+                t = self._upcoming[0][0]
+                continue
+            t = self._step(t)
+            if self.steps > MAX_STEPS:
+                raise RuntimeError("simulation exceeded its step limit")
+        return self._records(sched.finished + self._rejected)
+
+    @property
+    def busy_share(self) -> float | None:
+        """Busy share of the arrival window (``SimFacts.busy_share``); None when it is empty
+        or the run is a closed loop (its arrivals follow its completions)."""
+        first, last = self._window
+        if last - first <= 0 or self.limit is not None:
+            return None
+        return min(1.0, self._busy_in_window / (last - first))
+
+    def _dispatch(self, now: float) -> None:
+        """Send held requests while the concurrency limit has room; each reaches the engine
+        once the API server has taken it."""
+        while self._pending and (self.limit is None or self._inflight < self.limit):
+            req = self._pending.popleft()
+            req.sent_s = max(req.scheduled_s, now)
+            req.slot_wait_s = req.sent_s - req.scheduled_s
+            # The API server takes requests one at a time (parsing, tokenisation, setup).
+            start = max(req.sent_s + self.half_latency, self._intake_free)
+            req.arrival_s = self._intake_free = start + self.intake_s
+            self._inflight += 1
+            heapq.heappush(self._upcoming, (req.arrival_s, req.rid, req))
+
+    def _release(self, at: float) -> None:
+        """A request's answer reached the client at ``at``: its slot sends the next one."""
+        self._inflight -= 1
+        self._dispatch(at)
+
+    def _admit(self, t: float) -> None:
+        """Hand the scheduler every request that reached the engine by ``t``; one longer than
+        max_model_len is refused at once, with vLLM's HTTP 400."""
+        while self._upcoming and self._upcoming[0][0] <= t:
+            _, _, req = heapq.heappop(self._upcoming)
+            if req.prompt_len + req.output_len > self.max_model_len:
+                req.error = (
+                    f"HTTP 400: This model's maximum context length is {self.max_model_len}"
+                    f" tokens. However, you requested {req.prompt_len + req.output_len} "
+                    f"tokens ({req.prompt_len} in the messages, {req.output_len} in the "
+                    "completion).")
+                self._rejected.append(req)
+                self._release(req.arrival_s + self.half_latency)
+                continue
+            self.scheduler.add(req)
+
+    def _step(self, t: float) -> float:
+        """One engine step from ``t``: schedule, time it, count it, complete what finished.
+        Returns when the step ends."""
+        sched = self.scheduler
+        plan = sched.schedule()
+        if plan is None:  # nothing fits although nothing runs: cannot happen after start-up
+            raise RuntimeError("simulated scheduler made no progress")
+        step = self.model.step_time(plan.shape, async_scheduling=self.async_scheduling,
+                                    cpu_scheduled=plan.cpu_scheduled)
+        if self.trace:
+            self.starts.append(t)
+            self.durations.append(step.duration_s)
+            self.shapes.append(plan.shape)
+        t += step.duration_s
+        self.steps += 1
+        self.batch_sum += plan.shape.num_seqs
+        self.max_batch = max(self.max_batch, plan.shape.num_seqs)
+        self.max_step_tokens = max(self.max_step_tokens, plan.shape.num_tokens)
+        if t - step.duration_s < self._window[1]:
+            self._busy_in_window += min(t, self._window[1]) - max(t - step.duration_s,
+                                                                   self._window[0])
+        if step.compute_bound is None:
+            self.compute_bound_steps = None
+        elif self.compute_bound_steps is not None and step.compute_bound:
+            self.compute_bound_steps += 1
+        if plan.decodes:
+            self.dtimes.append(t)
+        for _ in sched.complete(plan, t):
+            self._release(t + self.half_latency)
+        return t
+
+    def _records(self, reqs: list[SimRequest]) -> tuple[RequestRecord, ...]:
+        # Decode steps before this loop (a warm-up's) have no times here: pad their indices.
+        dtimes = [0.0] * self.first_dstep + (
+            np.asarray(self.dtimes) + self.half_latency).tolist()
+        records: list[RequestRecord] = []
+        k = self.scheduler.cfg.spec_tokens
+        for req in sorted(reqs, key=lambda q: q.rid):
+            if req.error is not None:
+                records.append(RequestRecord(
+                    req.rid, req.scheduled_s, req.sent_s, (), None, req.prompt_len, 0,
+                    req.priority, req.prefix_group, req.error, req.slot_wait_s))
+                continue
+            times: list[float] = []
+            tokens = 0
+            for piece in req.pieces:
+                if isinstance(piece, float):
+                    times.append(piece + self.half_latency)
+                    tokens += 1
+                else:
+                    start, steps, emit = piece
+                    times.extend(dtimes[start:start + steps])
+                    if emit is None:
+                        tokens += steps
+                    else:
+                        emitted = int(emit[:steps].sum())
+                        tokens += emitted
+                        self.spec_draft_tokens += k * steps
+                        self.spec_accepted_tokens += emitted - steps
+            records.append(RequestRecord(
+                req.rid, req.scheduled_s, req.sent_s, tuple(times), times[-1], req.prompt_len,
+                tokens, req.priority, req.prefix_group, None, req.slot_wait_s))
+        return tuple(records)
+
