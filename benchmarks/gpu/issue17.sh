@@ -22,6 +22,8 @@ OUT=${OUT:-$PWD/gpu-out}
 D=/tmp/i17
 M=/tmp/qwen2.5-7b-dummy
 W=benchmarks/gpu/chat-brief.json
+LOGS="$D/batch.log $D/tune.txt"
+source benchmarks/gpu/background.sh
 mkdir -p "$OUT" "$D"
 
 batch() {
@@ -57,23 +59,12 @@ collect() {
     ls -la "$OUT"
 }
 
-wait_batch() {
-    local end=$((SECONDS + ${LIMIT:-560}))
-    while [ ! -f $D/done ] && [ $SECONDS -lt $end ]; do sleep 5; done
-    tail -n 30 $D/batch.log $D/tune.txt 2>/dev/null
-    collect
-    [ -f $D/done ] && echo "done" || echo "still running: call '$0 wait' again"
-}
-
 case "${1:-}" in
   start)
     [ -f "$M/model/config.json" ] || python3 -m sweetspot.cli testing make-model "$M" \
         --layers 28 --hidden 3584 --heads 28 --kv-heads 4 --intermediate 18944 \
         --vocab 152064 --max-position 32768 --no-tie-embeddings > /dev/null
-    rm -f $D/done
-    setsid nohup bash -c "'$0' batch > $D/batch.log 2>&1; touch $D/done" < /dev/null \
-        > /dev/null 2>&1 &
-    wait_batch ;;
+    start_batch ;;
   wait) wait_batch ;;
   batch) batch ;;
   *) echo "usage: $0 start|wait"; exit 2 ;;

@@ -31,6 +31,8 @@ D=/tmp/i22
 M=/tmp/qwen3-14b-dummy
 W=benchmarks/gpu/i22
 PORT=8022
+LOGS="$D/batch.log"
+source benchmarks/gpu/background.sh
 mkdir -p "$OUT" "$D/runs"
 
 serve() {  # serve NAME OPTIONS...: start a server in the background, wait for /health
@@ -133,23 +135,12 @@ collect() {
     ls -la "$OUT"
 }
 
-wait_batch() {
-    local end=$((SECONDS + ${LIMIT:-560}))
-    while [ ! -f $D/done ] && [ $SECONDS -lt $end ]; do sleep 5; done
-    tail -n 40 $D/batch.log 2> /dev/null
-    collect
-    [ -f $D/done ] && echo "done" || echo "still running: call '$0 wait' again"
-}
-
 case "${1:-}" in
   start)
     [ -f "$M/model/config.json" ] || python3 -m sweetspot.cli testing make-model "$M" \
         --layers 40 --hidden 5120 --heads 40 --kv-heads 8 --intermediate 17408 \
         --vocab 151936 --max-position 40960 --no-tie-embeddings > /dev/null
-    rm -f $D/done
-    setsid nohup bash -c "'$0' batch > $D/batch.log 2>&1; touch $D/done" < /dev/null \
-        > /dev/null 2>&1 &
-    wait_batch ;;
+    start_batch ;;
   wait) wait_batch ;;
   batch) batch ;;
   *) echo "usage: $0 start|wait"; exit 2 ;;
