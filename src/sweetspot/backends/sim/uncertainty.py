@@ -26,7 +26,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from sweetspot.backends.sim.cost import StepTimeModel
 from sweetspot.backends.sim.simulator import SimRun, SimSetup, simulate
 from sweetspot.metrics.capacity import steady_state
 from sweetspot.metrics.serve import BenchResult, compute_result
+from sweetspot.spec.model import load_model, model_fingerprint
 from sweetspot.spec.requests import Request
 
 __all__ = ["Flag", "Prediction", "StepUncertainty", "predict", "step_uncertainty"]
@@ -57,6 +58,7 @@ _RATES = ("request_throughput", "output_throughput", "total_token_throughput",
 class StepUncertainty:
     relative: float  # step times may be this share faster or slower
     basis: str  # what stands behind the cost model, in words
+    source: Literal["calibrated", "measured", "catalog"] = "catalog"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +87,6 @@ class Prediction:
 @cache
 def _measured_shapes() -> frozenset[tuple[str, tuple[int, ...]]]:
     """(GPU, model shape) pairs with measurements behind them."""
-    from sweetspot.spec.model import load_model, model_fingerprint
-
     return frozenset((gpu, tuple(model_fingerprint(load_model(model).arch).values()))
                      for gpu, model in MEASURED)
 
@@ -100,13 +100,12 @@ def step_uncertainty(setup: SimSetup, fitted_on: Sequence[Mapping[str, Any]] | N
                   if float(r.get("measured") or 0) > 0]
         relative = (max(CALIBRATED_FLOOR, min(statistics.median(errors), 0.25)) if errors
                     else CALIBRATED_DEFAULT)
-        return StepUncertainty(relative, "calibrated on this server")
-    from sweetspot.spec.model import model_fingerprint
-
+        return StepUncertainty(relative, "calibrated on this server", "calibrated")
     shape = tuple(model_fingerprint(setup.arch).values())
     if (setup.hardware.name, shape) in _measured_shapes():
         return StepUncertainty(MEASURED_PAIR_UNCERTAINTY,
-                               f"roofline; {setup.hardware.name} with this model shape measured")
+                               f"roofline; {setup.hardware.name} with this model shape measured",
+                               "measured")
     return StepUncertainty(UNMEASURED_UNCERTAINTY,
                            f"roofline; no measurement of {setup.hardware.name} with this model "
                            "shape")
@@ -148,27 +147,24 @@ def predict(setup: SimSetup, requests: Sequence[Request], *, max_concurrency: in
 
 def _scaled(values: Mapping[str, Any], factor: float) -> dict[str, Any]:
     """A run's numbers with every step ``factor`` times as long and the same schedule."""
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            continue
-        if key in _RATES:
-            out[key] = value / factor
-        elif key.endswith("_ms") or key == "duration":
-            out[key] = value * factor
-    return out
+    return {key: value / factor if key in _RATES else value * factor
+            for key, value in values.items() if _has_interval(key, value)}
+
+
+def _has_interval(key: str, value: Any) -> bool:
+    """A rate or a time of the run (not a count, not the client's own lag)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and "client_lag" not in key
+            and (key in _RATES or key.endswith("_ms") or key == "duration"))
 
 
 def _intervals(base: Mapping[str, Any], variants: Sequence[Mapping[str, Any]]
                ) -> dict[str, tuple[float, float]]:
     out = {}
     for key, value in base.items():
-        if key not in _RATES and not key.endswith("_ms") and key != "duration":
-            continue
-        if not isinstance(value, (int, float)) or "client_lag" in key:
-            continue
-        values = [float(value)] + [float(v[key]) for v in variants if key in v]
-        out[key] = (min(values), max(values))
+        if _has_interval(key, value):
+            values = [float(value)] + [float(v[key]) for v in variants if key in v]
+            out[key] = (min(values), max(values))
     return out
 
 
@@ -227,7 +223,7 @@ def _flags(setup: SimSetup, requests: Sequence[Request], run: SimRun,
         if beyond:
             flags.append(Flag("outside-calibration", "beyond what the calibration measured ("
                               + ", ".join(beyond) + "): its coefficients extrapolate"))
-    if uncertainty.basis.startswith("roofline; no measurement"):
+    if uncertainty.source == "catalog":
         flags.append(Flag("unmeasured", f"no measurement of {setup.hardware.name} with this "
                           "model's shape stands behind the roofline: intervals are twice as "
                           "wide"))
