@@ -4,7 +4,7 @@
 #             session (it outlives the call) and waits as `wait` does;
 #   wait    - waits until the batch is done or $LIMIT seconds (default 560) passed, then copies
 #             what it has so far to $OUT; call it again, right away, until it says "done";
-#   batch   - two servers of vLLM 0.24's defaults (CUDA graphs, torch.compile, async
+#   batch   - two servers (QUICK=1: A's short list, then B's; QUICK=2: A's shortest) of vLLM 0.24's defaults (CUDA graphs, torch.compile, async
 #             scheduling, chunked prefill, prefix caching), one run after another on each:
 #             A (max-model-len 32768, utilisation 0.9):
 #               1. ShareGPT-like (P7's means) 500 at rate inf on the fresh server, no warm-up:
@@ -100,6 +100,12 @@ batch() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     if [ -n "${QUICK:-}" ]; then
         serve A --max-model-len 32768 && if [ "$QUICK" = 2 ]; then quickest; else quick; fi
+        if [ "$QUICK" = 1 ] && serve B --max-model-len 4096 --kv-cache-memory-bytes 8589934592
+        then  # KV over-subscription (item 6), shortened: about two minutes after the start
+            bench b09-oversub-inf oversub-512-256 300 --rate inf
+            bench b10-oversub-c64 oversub-512-256 128 --concurrency 64
+            stop
+        fi
         echo "== batch done $(date -u +%T)"
         return
     fi
