@@ -31,6 +31,7 @@ __all__ = [
     "LARGE_BATCH_DEFAULTS_SINCE",
     "NUM_SCHEDULER_STEPS_REMOVED",
     "PERFORMANCE_MODE_SINCE",
+    "RESERVE_FULL_ISL_SINCE",
     "SPECULATIVE_CONFIG_SINCE",
     "V1_ENGINE_SINCE",
     "YAML_FALSE_SINCE",
@@ -66,6 +67,9 @@ YAML_NESTED_SINCE = Version("0.16.0")
 YAML_FALSE_SINCE = Version("0.28.0")
 # --performance-mode (balanced by default; throughput doubles the batch defaults).
 PERFORMANCE_MODE_SINCE = Version("0.17.0")
+# The scheduler admits a waiting request only when its whole input fits the free KV blocks, not
+# just its first prefill chunk (SchedulerConfig.scheduler_reserve_full_isl, default True).
+RESERVE_FULL_ISL_SINCE = Version("0.19.0")
 # --gpu-memory-utilization defaults to 0.92 instead of 0.9.
 GPU_MEMORY_UTILIZATION_092_SINCE = Version("0.20.0")
 # The memory profile counts CUDA graphs' memory before sizing the KV cache.

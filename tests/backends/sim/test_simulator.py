@@ -178,3 +178,21 @@ def test_offline_has_no_front_end() -> None:
     # Online: half the latency each way, and the API server takes the four one at a time.
     assert online.records[0].ttft_s == pytest.approx(0.010 + 0.005 + 0.020)
     assert offline.facts.engine.endswith("offline (no API server)")
+
+
+def test_from_0_19_a_request_waits_until_its_whole_prompt_fits() -> None:
+    """vLLM's scheduler_reserve_full_isl (0.19+): a waiting request is admitted only when its
+    whole prompt fits the free blocks, not just its first chunk; before, the first chunk was
+    admitted and the prefill preempted the running request for the rest."""
+    config = {"kv_cache_memory_bytes": 200 * 16 * ARCH.kv_bytes_per_token(),
+              "max_model_len": 3072, "max_num_batched_tokens": 512}
+    requests = [req(0, 2400, 200), req(1, 2400, 10)]  # 150 blocks each, 200 in the pool
+
+    def run(version: str):
+        return simulate(dataclasses.replace(setup(**config), version=Version(version)),
+                        requests, model=STEP, warmup=0)
+
+    new, old = run("0.19.0"), run("0.18.0")
+    assert new.facts.preemptions == 0 and old.facts.preemptions > 0
+    first, second = sorted(new.records, key=lambda r: r.request_id)
+    assert second.ttft_s > first.end_s  # it waited for the first one's blocks

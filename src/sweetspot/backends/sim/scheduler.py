@@ -56,6 +56,9 @@ class SchedulerConfig:
     spec_tokens: int = 0  # k of speculative decoding, 0 = off
     v0: bool = False  # pre-V1 engine (published 0.5/0.6 cases)
     multi_step: int = 1  # V0 num_scheduler_steps
+    # Admit a waiting request only when its whole sequence fits the free blocks, not just its
+    # first chunk (vLLM's scheduler_reserve_full_isl, on by default from 0.19).
+    reserve_full_isl: bool = False
 
 
 @dataclass(slots=True)
@@ -330,7 +333,9 @@ class Scheduler:
                 n = cfg.long_prefill_threshold
             n = min(n, budget - used)
             need = -(-(computed + n) // bs) - len(hits)
-            if need > pool.num_free - pool.evictable_among(hits):
+            free = pool.num_free - pool.evictable_among(hits)
+            if need > free or (cfg.reserve_full_isl
+                               and -(-req.num_tokens // bs) - len(hits) > free):
                 break
             self.waiting.pop()
             pool.touch(hits)

@@ -25,7 +25,7 @@ from sweetspot.backends.sim.loop import EngineLoop
 from sweetspot.backends.sim.scheduler import Scheduler, SchedulerConfig
 from sweetspot.backends.sim.speculative import plan_speculation
 from sweetspot.engine.memory import MemoryEstimate, estimate_memory
-from sweetspot.engine.releases import V1_ENGINE_SINCE, resolve_defaults
+from sweetspot.engine.releases import RESERVE_FULL_ISL_SINCE, V1_ENGINE_SINCE, resolve_defaults
 from sweetspot.engine.validate import validate_config
 from sweetspot.spec.hardware import Hardware
 from sweetspot.spec.knobs import ServingConfig
@@ -163,7 +163,7 @@ def _roofline(setup: SimSetup, started: SimStart) -> StepTimeModel:
         cpu_drafting=spec.cpu_drafting, v0=started.v0)
 
 
-def _scheduler(started: SimStart, seed: int) -> Scheduler:
+def _scheduler(started: SimStart, seed: int, version: Version) -> Scheduler:
     config, spec, v0 = started.config, started.speculation, started.v0
     # V0 with chunked prefill (its default over 32K of context) schedules as V1 does: decodes
     # first, then prompt chunks in the token budget (multi-step is then not mirrored).
@@ -181,6 +181,7 @@ def _scheduler(started: SimStart, seed: int) -> Scheduler:
         spec_tokens=spec.k,
         v0=v0 and not chunked,
         multi_step=steps,
+        reserve_full_isl=not v0 and version >= RESERVE_FULL_ISL_SINCE,
     )
     rng = np.random.default_rng(seed)
     return Scheduler(sched_cfg, spec.drawer(rng) if spec.k else None)
@@ -211,7 +212,7 @@ def simulate(
     config = started.config
     model = model or _roofline(setup, started)
     model = model if step_factor == 1.0 else ScaledSteps(model, step_factor)
-    scheduler = _scheduler(started, seed)
+    scheduler = _scheduler(started, seed, setup.version)
 
     def new_loop(limit: int | None, keep_trace: bool) -> EngineLoop:
         return EngineLoop(scheduler, model,
