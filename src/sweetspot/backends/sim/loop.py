@@ -48,6 +48,11 @@ class EngineLoop:
         self.shapes: list[StepShape] = []
         self.dtimes: list[float] = []  # end time of each decode step of this loop
         self.first_dstep = scheduler.dnext
+        # V0 multi-step returns a run's tokens only when its last step is done (vLLM 0.6's
+        # "tokens are streamed only after a batch of generation steps is complete"): the
+        # decode steps of the run in progress, from this index of ``dtimes``, share its end.
+        self._grouped = scheduler.cfg.v0 and scheduler.cfg.multi_step > 1
+        self._group_first = 0
         # The client's side of one run: requests not yet sent (a concurrency limit holds them),
         # those sent but not yet at the engine by (engine arrival, rid), and how many are out.
         self._pending: deque[SimRequest] = deque()
@@ -150,13 +155,24 @@ class EngineLoop:
             self.compute_bound_steps = None
         elif self.compute_bound_steps is not None and step.compute_bound:
             self.compute_bound_steps += 1
+        if self._grouped and plan.cpu_scheduled:
+            self._close_group()
         if plan.decodes:
             self.dtimes.append(t)
         for _ in sched.complete(plan, t):
             self._release(t + self.half_latency)
         return t
 
+    def _close_group(self) -> None:
+        """The multi-step run in progress has ended: its tokens reach the API server now."""
+        if self._group_first < len(self.dtimes):
+            end = self.dtimes[-1]
+            self.dtimes[self._group_first:] = [end] * (len(self.dtimes) - self._group_first)
+        self._group_first = len(self.dtimes)
+
     def _records(self, reqs: list[SimRequest]) -> tuple[RequestRecord, ...]:
+        if self._grouped:
+            self._close_group()
         # Decode steps before this loop (a warm-up's) have no times here: pad their indices.
         dtimes = [0.0] * self.first_dstep + (
             np.asarray(self.dtimes) + self.half_latency).tolist()
@@ -184,6 +200,8 @@ class EngineLoop:
                         tokens += emitted
                         self.spec_draft_tokens += k * steps
                         self.spec_accepted_tokens += emitted - steps
+            if self._grouped:  # one streamed message per multi-step run
+                times = [x for i, x in enumerate(times) if i == 0 or x != times[i - 1]]
             records.append(RequestRecord(
                 req.rid, req.scheduled_s, req.sent_s, tuple(times), times[-1], req.prompt_len,
                 tokens, req.priority, req.prefix_group, None, req.slot_wait_s))
