@@ -53,6 +53,9 @@ def simulate(
         "--offline", help="No API server: the engine in-process, as LLM.generate and `vllm "
                           "bench throughput` run it (every request at once, no warm-up).")
                        ] = False,
+    endpoint: Annotated[str, typer.Option(
+        help="completions (token ids) or chat (the server renders the chat template and "
+             "tokenises: a longer serial intake per request).")] = "completions",
 ) -> int:
     """Predict what `sweetspot bench` would measure for a configuration, without a GPU.
 
@@ -66,7 +69,11 @@ def simulate(
         raise SweetspotError("--offline hands the engine every request at once (LLM.generate):"
                              " leave out --rate and --concurrency")
     setup = _sim_setup(model, gpu, quant, settings, vllm_version, cpu_kvcache_space, acceptance)
-    setup = dataclasses.replace(setup, offline=offline)
+    from sweetspot.backends.sim.frontend import ENDPOINTS
+
+    if endpoint not in ENDPOINTS:
+        raise SweetspotError(f"--endpoint must be completions or chat, not {endpoint!r}")
+    setup = dataclasses.replace(setup, offline=offline, endpoint=endpoint)
     cal = None
     if calibration is not None:
         from sweetspot.backends.sim.calibration import load_calibration
@@ -83,7 +90,7 @@ def simulate(
                 else _print_refused(setup, run))
     data["sweetspot"] = {"model": setup.arch.name, "gpu": setup.hardware.name,
                          "quant": setup.quant.name, "vllm_version": str(setup.version),
-                         "offline": offline,
+                         "offline": offline, "endpoint": endpoint,
                          "workload": wl.name, "num_requests": len(requests),
                          "config": {k: (v.to_dict() if hasattr(v, "to_dict") else v)
                                     for k, v in run.config.explicit().items()}}

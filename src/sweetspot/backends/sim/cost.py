@@ -106,11 +106,13 @@ class RooflineConstants:
     # Per all-reduce latency (custom all-reduce / NCCL LL on NVLink) and its share of bandwidth.
     allreduce_latency_s: float = 8e-6
     allreduce_bandwidth: float = 0.7
-    # API server: HTTP, tokenisation of the request, detokenisation and SSE of the response.
-    request_latency_s: float = 10e-3
-    # The part of it one process does serially per request (HTTP parsing, tokenising the
-    # prompt, request setup): it queues requests that arrive together.
-    request_intake_s: float = 12e-3
+    # API server, both directions: HTTP, detokenisation and SSE of the response, the hops
+    # between the API and engine processes (P6's one-request TTFT, 36 ms on vLLM 0.10).
+    request_latency_s: float = 20e-3
+    # The part of it the API process does serially per request (HTTP parsing, validation,
+    # request setup; a chat request adds its template, ``frontend.CHAT_INTAKE_S``): it queues
+    # requests that arrive together, and their outputs wait behind it (see ``frontend``).
+    request_intake_s: float = 2e-3
     # Draft-free speculation proposes on the CPU (ngram lookup per sequence).
     ngram_per_seq_s: float = 15e-6
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from sweetspot.backends.records import RequestRecord
 from sweetspot.backends.sim.cost import StepShape, StepTimeModel
+from sweetspot.backends.sim.frontend import CHAT_INTAKE_S, ApiServer
 from sweetspot.backends.sim.request import SimRequest
 from sweetspot.backends.sim.scheduler import Scheduler
 from sweetspot.spec.requests import Request
@@ -27,14 +28,15 @@ class EngineLoop:
 
     def __init__(self, scheduler: Scheduler, model: StepTimeModel, *, async_scheduling: bool,
                  max_model_len: int, max_concurrency: int | None, trace: bool,
-                 offline: bool = False) -> None:
+                 offline: bool = False, endpoint: str = "completions") -> None:
         self.scheduler, self.model = scheduler, model
         self.async_scheduling = async_scheduling
         self.max_model_len = max_model_len
         self.limit = max_concurrency
         self.half_latency = 0.0 if offline else model.request_latency_s / 2
-        self.intake_s = 0.0 if offline else model.request_intake_s
-        self._intake_free = 0.0  # when the API server can take the next request
+        intake = model.request_intake_s + (CHAT_INTAKE_S if endpoint == "chat" else 0.0)
+        self.api = ApiServer(intake_s=0.0 if offline else intake,
+                             half_latency_s=self.half_latency)
         self.trace = trace
         self.steps = 0
         self.batch_sum = 0
@@ -103,9 +105,7 @@ class EngineLoop:
             req = self._pending.popleft()
             req.sent_s = max(req.scheduled_s, now)
             req.slot_wait_s = req.sent_s - req.scheduled_s
-            # The API server takes requests one at a time (parsing, tokenisation, setup).
-            start = max(req.sent_s + self.half_latency, self._intake_free)
-            req.arrival_s = self._intake_free = start + self.intake_s
+            req.arrival_s = self.api.take(req.sent_s)
             self._inflight += 1
             heapq.heappush(self._upcoming, (req.arrival_s, req.rid, req))
 
@@ -160,7 +160,7 @@ class EngineLoop:
         if plan.decodes:
             self.dtimes.append(t)
         for _ in sched.complete(plan, t):
-            self._release(t + self.half_latency)
+            self._release(self.api.streamed(t))
         return t
 
     def _close_group(self) -> None:
@@ -174,8 +174,8 @@ class EngineLoop:
         if self._grouped:
             self._close_group()
         # Decode steps before this loop (a warm-up's) have no times here: pad their indices.
-        dtimes = [0.0] * self.first_dstep + (
-            np.asarray(self.dtimes) + self.half_latency).tolist()
+        dtimes = [0.0] * self.first_dstep + self.api.streamed_all(
+            np.asarray(self.dtimes)).tolist()
         records: list[RequestRecord] = []
         k = self.scheduler.cfg.spec_tokens
         for req in sorted(reqs, key=lambda q: q.rid):
@@ -188,7 +188,7 @@ class EngineLoop:
             tokens = 0
             for piece in req.pieces:
                 if isinstance(piece, float):
-                    times.append(piece + self.half_latency)
+                    times.append(self.api.streamed(piece))
                     tokens += 1
                 else:
                     start, steps, emit = piece

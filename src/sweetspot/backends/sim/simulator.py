@@ -50,6 +50,9 @@ class SimSetup:
     # No API server: the engine in the caller's process (LLM.generate, `vllm bench throughput`
     # and `latency`): no HTTP, no serial intake, every request in the engine at once.
     offline: bool = False
+    # The API the client calls: "completions" (token ids) or "chat" (messages: the server
+    # renders the chat template and tokenises, see ``frontend``).
+    endpoint: str = "completions"
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +221,7 @@ def simulate(
         return EngineLoop(scheduler, model,
                      async_scheduling=bool(config.async_scheduling) and not started.v0,
                      max_model_len=config.max_model_len, max_concurrency=limit, trace=keep_trace,
-                     offline=setup.offline)
+                     offline=setup.offline, endpoint=setup.endpoint)
 
     loop = new_loop(max_concurrency, trace)
     collecting = gc.isenabled()
