@@ -52,7 +52,7 @@ class DecodeClock:
             req.dec_rate = remaining / steps
             # Step j verifies 1 + k tokens after the cum[j-1] accepted before it.
             needed = -(-(computed + (cum - emit) + 1 + k) // bs)
-            held = len(req.blocks)
+            held = req.num_blocks
             for j in range(steps):
                 n = int(needed[j]) - held
                 if n > 0:

@@ -31,9 +31,11 @@ class SimRequest:
     arrival_s: float = 0.0  # reaches the engine (sent + front-end latency)
     computed: int = 0  # num_computed_tokens while waiting / prefilling
     generated: int = 0  # output tokens produced so far (valid while not decoding)
+    # KV blocks held: the leading ones processed for the prefix cache (a hashed block's id, or
+    # ANONYMOUS where another block held the hash), then ``n_anonymous`` not yet hashed.
     blocks: list[int] = field(default_factory=list)
+    n_anonymous: int = 0
     hashes: list[int] | None = None  # full-block hash chain (prompt, then its own outputs)
-    n_registered: int = 0  # leading blocks whose hash is in the cache map
     state: int = WAITING
     epoch: int = 0  # bumped on preemption: stale bucket entries are skipped
     admit_seq: int = 0  # position in the running order
@@ -49,6 +51,10 @@ class SimRequest:
     pieces: list = field(default_factory=list)
     preemptions: int = 0
     error: str | None = None
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks) + self.n_anonymous
 
     @property
     def num_tokens(self) -> int:

@@ -126,21 +126,23 @@ class Scheduler:
         """Put the request's full blocks into the cache map (vLLM does it as blocks fill)."""
         if not self.cfg.prefix_caching:
             return
-        full = min(computed // self.cfg.block_size, len(req.blocks))
-        if full <= req.n_registered:
+        blocks = req.blocks
+        first = len(blocks)
+        full = min(computed // self.cfg.block_size, first + req.n_anonymous)
+        if full <= first:
             return
         hashes = self._hash_chain(req, full)
-        for i in range(req.n_registered, full):
-            self.pool.cache(req.blocks[i], hashes[i])
-        req.n_registered = full
+        register = self.pool.register
+        blocks.extend([register(h) for h in hashes[first:full]])
+        req.n_anonymous -= full - first
 
     def _free(self, req: SimRequest, computed: int, *, keep_outputs: bool) -> None:
         """Release the request's blocks. A preempted request's output blocks stay findable
         for its own resumption; a finished one's can never be hit again, so they go unhashed."""
         self._register(req, computed if keep_outputs else min(computed, req.prompt_len))
-        self.pool.free(req.blocks)
+        self.pool.free(req.blocks, req.n_anonymous)
         req.blocks = []
-        req.n_registered = 0
+        req.n_anonymous = 0
 
     # -- preemption -------------------------------------------------------------------------
 
@@ -243,11 +245,12 @@ class Scheduler:
             if 0 < cfg.long_prefill_threshold < n:
                 n = cfg.long_prefill_threshold
             n = min(n, budget)
-            need = -(-(req.computed + n) // cfg.block_size) - len(req.blocks)
+            need = -(-(req.computed + n) // cfg.block_size) - req.num_blocks
             if need > 0:
                 if not self._make_room(req, need, dstep):
                     continue
-                req.blocks.extend(self.pool.allocate(need))
+                self.pool.allocate(need)
+                req.n_anonymous += need
             prefills.append((req, n))
             budget -= n
         return budget
@@ -287,11 +290,9 @@ class Scheduler:
         bs = self.cfg.block_size
         total = sum(n for _, _, n in entries)
         if total <= self.pool.num_free:  # the common case: no preemption, one allocation
-            blocks = self.pool.allocate(total)
-            i = 0
+            self.pool.allocate(total)
             for req, _, n in entries:
-                req.blocks.extend(blocks[i:i + n])
-                i += n
+                req.n_anonymous += n
             granted = entries
         else:
             entries.sort(key=lambda e: e[0].admit_seq)
@@ -302,7 +303,8 @@ class Scheduler:
                     continue  # preempted for an earlier request of this step
                 if not self._make_room(req, n, dstep):
                     continue
-                req.blocks.extend(self.pool.allocate(n))
+                self.pool.allocate(n)
+                req.n_anonymous += n
                 granted.append(entry)
         later = self.clock.need.setdefault(dstep + bs, [])
         for req, epoch, _ in granted:
@@ -339,8 +341,8 @@ class Scheduler:
                 break
             self.waiting.pop()
             pool.touch(hits)
-            req.blocks = hits + pool.allocate(need)
-            req.n_registered = len(hits)
+            pool.allocate(need)
+            req.blocks, req.n_anonymous = hits, need
             req.computed = computed
             req.state = PREFILL
             self._admitted += 1
