@@ -142,7 +142,7 @@ def _digest(values: object) -> str:
 
 def _requests_lines(name: str, requests: list[Request]) -> list[str]:
     return [f"requests {name}: n={len(requests)}"
-            f" ids={_digest([r.prompt_token_ids for r in requests])}"
+            f" ids={_digest([tuple(r.prompt_token_ids) for r in requests])}"
             f" out={_digest([r.output_tokens for r in requests])}"
             f" at={_digest([r.arrival_s for r in requests])}"
             f" prio={_digest([(r.priority, r.prefix_group) for r in requests])}"]

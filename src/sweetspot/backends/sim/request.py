@@ -35,6 +35,7 @@ class SimRequest:
     # ANONYMOUS where another block held the hash), then ``n_anonymous`` not yet hashed.
     blocks: list[int] = field(default_factory=list)
     n_anonymous: int = 0
+    prompt_hashes: np.ndarray | None = None  # its prompt's full-block hashes (block_hashes)
     hashes: list[int] | None = None  # full-block hash chain (prompt, then its own outputs)
     state: int = WAITING
     epoch: int = 0  # bumped on preemption: stale bucket entries are skipped

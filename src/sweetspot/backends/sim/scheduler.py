@@ -31,9 +31,10 @@ step. A step costs O(events), which keeps 10,000 requests well under a second.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from sweetspot.backends.sim.block_hashes import prompt_block_hashes
 from sweetspot.backends.sim.blocks import BlockPool
 from sweetspot.backends.sim.cost import StepShape
 from sweetspot.backends.sim.decode_clock import DecodeClock
@@ -107,18 +108,27 @@ class Scheduler:
 
     # -- blocks and hashes ----------------------------------------------------------------
 
+    def index_prompts(self, reqs: Iterable[SimRequest]) -> None:
+        """Hash the full prompt blocks of requests about to arrive, all at once (a prefix
+        cache only)."""
+        if self.cfg.prefix_caching:
+            reqs = list(reqs)
+            hashes = prompt_block_hashes([r.prompt_ids for r in reqs], self.cfg.block_size)
+            for req, prompt_hashes in zip(reqs, hashes, strict=True):
+                req.prompt_hashes = prompt_hashes
+
     def _hash_chain(self, req: SimRequest, upto_blocks: int) -> list[int]:
-        """The request's full-block hashes for its first ``upto_blocks`` blocks: prompt blocks
-        hash their token ids, blocks holding outputs are unique to the request."""
+        """The request's full-block hashes, at least its first ``upto_blocks`` (while blocks
+        that far are full): prompt blocks hash their token ids (``block_hashes``), blocks
+        holding outputs are unique to the request."""
         hashes = req.hashes
         if hashes is None:
-            hashes = req.hashes = []
-        bs, ids = self.cfg.block_size, req.prompt_ids
+            if req.prompt_hashes is None:
+                self.index_prompts([req])
+            hashes = req.hashes = req.prompt_hashes.tolist()
         parent = hashes[-1] if hashes else 0
         for i in range(len(hashes), upto_blocks):
-            end = (i + 1) * bs
-            content = ids[i * bs:end] if end <= req.prompt_len else (-1, req.rid, i)
-            parent = hash((parent, content))
+            parent = hash((parent, (-1, req.rid, i)))
             hashes.append(parent)
         return hashes
 
