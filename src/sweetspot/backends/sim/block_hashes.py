@@ -41,7 +41,7 @@ def prompt_block_hashes(prompts: Sequence[Sequence[int]], block_size: int
     lengths = np.fromiter((len(p) for p in prompts), dtype=np.int64, count=len(prompts))
     if not len(prompts) or not lengths.any():
         return [np.empty(0, dtype=np.uint64) for _ in prompts]
-    ids = np.concatenate([np.asarray(p, dtype=np.int64) for p in prompts]).astype(np.uint64)
+    ids = np.concatenate([np.asarray(p) for p in prompts]).astype(np.uint64)
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
     positions = np.arange(len(ids), dtype=np.int64) - np.repeat(starts, lengths)
     sums = np.cumsum(ids * _multipliers(int(lengths.max()))[positions])
