@@ -9,45 +9,61 @@ free block takes it out of the queue: LRU eviction, as vLLM does it.
 Block hashes chain: the hash of block i covers block i's tokens and every block before it, so a
 hit on block i implies hits on every block before it.
 
-Only blocks that carry a hash have an identity here (an id from a counter): they alone can be
-found again and shared. Every other block (fresh, partly filled, or holding outputs nobody will
-hit) is interchangeable with any other, so a request holds such blocks as a count and the free
-queue holds them as runs: an entry of the queue is either one hashed block or a run of anonymous
-ones. Which anonymous block goes where is not observable, so this is vLLM's LRU order exactly,
-at a cost per hashed block and per run rather than per block.
+How it is kept, at a cost per request and per run of blocks rather than per block:
+
+- Only blocks that carry a hash have an identity (an id from a counter, never reused): they
+  alone can be found again and shared. Every other block (fresh, partly filled, or holding
+  outputs nobody will hit) is interchangeable with any other, so a request holds those as a
+  count and the free queue holds them as runs (an entry with a length).
+- The hashed blocks a request frees together enter the queue as one segment entry (their ids
+  and hashes, in queue order). A cache hit on a free block leaves its id in the segment as a
+  stale entry (``_home`` no longer names the segment) rather than cutting the segment; eviction
+  skips stale ids. A segment without stale ids is evicted a slice at a time.
+- Reference counts are kept only where a block has more than one reference (``_shared``): a
+  hashed block is free when it has a home segment, else referenced once unless shared, so a
+  request freeing blocks nobody else holds moves them to the queue without visiting each.
+
+Which anonymous block goes where is not observable, so this is vLLM's LRU order exactly.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 __all__ = ["ANONYMOUS", "BlockPool"]
 
 ANONYMOUS = -1  # a request's block that carries no hash (see the module text)
 
 
+class _Segment:
+    """Hashed blocks freed together, in queue order; ``ids[:start]`` have left the queue."""
+
+    __slots__ = ("hashes", "ids", "stale", "start")
+
+    def __init__(self, ids: list[int], hashes: list[int]) -> None:
+        self.ids, self.hashes = ids, hashes
+        self.start = 0
+        self.stale = 0  # ids at or after start that were taken by a cache hit since
+
+
 class BlockPool:
     def __init__(self, num_blocks: int, *, caching: bool) -> None:
         self.num_blocks = num_blocks
         self.caching = caching
-        # The free queue, head first: hashed block id -> 0, or run key (negative) -> length.
-        self._free: OrderedDict[int, int] = OrderedDict()
-        self._run_keys = -1  # the next run's key (counts down)
-        self._free[self._new_run_key()] = num_blocks
+        # The free queue, head first: key -> anonymous run length, or a segment of hashed blocks.
+        self._free: OrderedDict[int, int | _Segment] = OrderedDict()
+        self._keys = 0  # the last queue key handed out
         self._next_id = 0  # the next hashed block's id
-        self._refs: dict[int, int] = {}  # hashed block id -> requests referencing it
-        self._hash_of: dict[int, int] = {}  # hashed block id -> its hash
+        self._home: dict[int, int] = {}  # free hashed block -> queue key of its segment
+        self._shared: dict[int, int] = {}  # hashed block with several references -> how many
         self._cached: dict[int, int] = {}  # block hash -> hashed block id
         self.num_used = 0  # blocks referenced by at least one request
         self.peak_used = 0
+        self._append_run(num_blocks)
 
     @property
     def num_free(self) -> int:
         return self.num_blocks - self.num_used
-
-    def _new_run_key(self) -> int:
-        self._run_keys -= 1
-        return self._run_keys
 
     def lookup(self, hashes: list[int], max_blocks: int) -> list[int]:
         """Block ids of the longest cached prefix of ``hashes`` (at most ``max_blocks``)."""
@@ -64,17 +80,23 @@ class BlockPool:
 
     def evictable_among(self, blocks: list[int]) -> int:
         """How many of ``blocks`` are free (their reuse takes them out of the free count)."""
-        refs = self._refs
-        return sum(1 for b in blocks if refs[b] == 0)
+        home = self._home
+        return sum(1 for b in blocks if b in home)
 
     def touch(self, blocks: list[int]) -> None:
         """Take a reference on cache-hit blocks."""
-        refs, free = self._refs, self._free
+        home, shared, free = self._home, self._shared, self._free
         for b in blocks:
-            if refs[b] == 0:
-                del free[b]
-                self.num_used += 1
-            refs[b] += 1
+            key = home.pop(b, 0)
+            if not key:
+                shared[b] = shared.get(b, 1) + 1
+                continue
+            segment = free[key]
+            assert isinstance(segment, _Segment)
+            segment.stale += 1
+            if segment.stale == len(segment.ids) - segment.start:
+                del free[key]
+            self.num_used += 1
         self.peak_used = max(self.peak_used, self.num_used)
 
     def allocate(self, n: int) -> None:
@@ -83,60 +105,116 @@ class BlockPool:
         free = self._free
         left = n
         while left:
-            key = next(iter(free))
-            if key >= 0:  # a hashed block: evicted, it becomes anonymous
-                free.popitem(last=False)
-                del self._cached[self._hash_of.pop(key)]
-                del self._refs[key]
-                left -= 1
-                continue
-            run = free[key]
-            if run > left:
-                free[key] = run - left
-                break
+            key, entry = next(iter(free.items()))
+            if isinstance(entry, int):
+                if entry > left:
+                    free[key] = entry - left
+                    break
+                left -= entry
+            else:
+                left = self._evict(key, entry, left)
+                if entry.start < len(entry.ids):
+                    break
             free.popitem(last=False)
-            left -= run
         self.num_used += n
         self.peak_used = max(self.peak_used, self.num_used)
 
-    def register(self, block_hash: int) -> int:
-        """Give one of a request's anonymous blocks, just filled, its hash: the id it is cached
-        under, or ``ANONYMOUS`` when another block holds that hash already (first writer wins,
-        as in vLLM)."""
-        if not self.caching or block_hash in self._cached:
+    def _evict(self, key: int, segment: _Segment, want: int) -> int:
+        """Evict up to ``want`` of the segment's blocks from its start; returns how many more
+        are wanted."""
+        start, ids = segment.start, segment.ids
+        if not segment.stale:
+            end = min(len(ids), start + want)
+            deque(map(self._cached.__delitem__, segment.hashes[start:end]), maxlen=0)
+            deque(map(self._home.__delitem__, ids[start:end]), maxlen=0)
+            segment.start = end
+            return want - (end - start)
+        home, cached = self._home, self._cached
+        while want and start < len(ids):
+            if home.get(ids[start]) == key:
+                del home[ids[start]]
+                del cached[segment.hashes[start]]
+                want -= 1
+            else:
+                segment.stale -= 1
+            start += 1
+        segment.start = start
+        return want
+
+    def register(self, hashes: list[int]) -> list[int]:
+        """Give a request's next anonymous blocks, just filled, their hashes: the ids they are
+        cached under, ``ANONYMOUS`` where another block holds that hash already (first writer
+        wins, as in vLLM)."""
+        cached = self._cached
+        if not self.caching:
+            return [ANONYMOUS] * len(hashes)
+        if not cached.keys().isdisjoint(hashes) or len(set(hashes)) < len(hashes):
+            return [self._register_one(h) for h in hashes]
+        first = self._next_id
+        self._next_id += len(hashes)
+        ids = list(range(first, self._next_id))
+        cached.update(zip(hashes, ids, strict=True))
+        return ids
+
+    def _register_one(self, block_hash: int) -> int:
+        if block_hash in self._cached:
             return ANONYMOUS
-        block = self._next_id
+        block = self._cached[block_hash] = self._next_id
         self._next_id += 1
-        self._cached[block_hash] = block
-        self._hash_of[block] = block_hash
-        self._refs[block] = 1
         return block
 
-    def free(self, blocks: list[int], num_anonymous: int) -> None:
-        """Drop a request's references: ``blocks`` (hashed ids or ``ANONYMOUS``) followed by
-        ``num_anonymous`` anonymous blocks. Unreferenced ones join the free queue's tail, the
-        request's last block first (vLLM frees in reverse so tails are evicted before heads)."""
-        freed = num_anonymous
+    def free(self, blocks: list[int], hashes: list[int] | None, num_anonymous: int) -> None:
+        """Drop a request's references: ``blocks`` (hashed ids or ``ANONYMOUS``; block i's hash
+        is ``hashes[i]``) followed by ``num_anonymous`` anonymous blocks. Unreferenced ones join
+        the free queue's tail, the request's last block first (vLLM frees in reverse so tails
+        are evicted before heads)."""
         self._append_run(num_anonymous)
-        refs, free = self._refs, self._free
-        for b in reversed(blocks):
+        self.num_used -= num_anonymous
+        if not blocks:
+            return
+        assert hashes is not None
+        if ANONYMOUS not in blocks and self._shared.keys().isdisjoint(blocks):
+            # Its own blocks, shared with nobody: all of them go, as one segment.
+            self._append_segment(blocks[::-1], hashes[len(blocks) - 1::-1])
+            self.num_used -= len(blocks)
+            return
+        shared = self._shared
+        ids: list[int] = []
+        segment_hashes: list[int] = []
+        for i in range(len(blocks) - 1, -1, -1):
+            b = blocks[i]
             if b < 0:
+                self._append_segment(ids, segment_hashes)
+                ids, segment_hashes = [], []
                 self._append_run(1)
-                freed += 1
-                continue
-            refs[b] -= 1
-            if refs[b] == 0:
-                free[b] = 0
-                freed += 1
-        self.num_used -= freed
+                self.num_used -= 1
+            elif b in shared:
+                shared[b] -= 1
+                if shared[b] == 1:
+                    del shared[b]
+            else:
+                ids.append(b)
+                segment_hashes.append(hashes[i])
+                self.num_used -= 1
+        self._append_segment(ids, segment_hashes)
+
+    def _append_segment(self, ids: list[int], hashes: list[int]) -> None:
+        if not ids:
+            return
+        self._keys += 1
+        key = self._keys
+        self._free[key] = _Segment(ids, hashes)
+        self._home.update(dict.fromkeys(ids, key))
 
     def _append_run(self, n: int) -> None:
         """``n`` anonymous blocks join the queue's tail (one entry with a run already there)."""
         if not n:
             return
         free = self._free
-        last = next(reversed(free), 0)
-        if last < 0:
-            free[last] += n
-        else:
-            free[self._new_run_key()] = n
+        if free:
+            key, entry = next(reversed(free.items()))
+            if isinstance(entry, int):
+                free[key] = entry + n
+                return
+        self._keys += 1
+        free[self._keys] = n

@@ -136,23 +136,20 @@ class Scheduler:
         """Put the request's full blocks into the cache map (vLLM does it as blocks fill)."""
         if not self.cfg.prefix_caching:
             return
-        blocks = req.blocks
-        first = len(blocks)
+        first = len(req.blocks)
         full = min(computed // self.cfg.block_size, first + req.n_anonymous)
         if full <= first:
             return
         hashes = self._hash_chain(req, full)
-        register = self.pool.register
-        blocks.extend([register(h) for h in hashes[first:full]])
+        req.blocks.extend(self.pool.register(hashes[first:full]))
         req.n_anonymous -= full - first
 
     def _free(self, req: SimRequest, computed: int, *, keep_outputs: bool) -> None:
         """Release the request's blocks. A preempted request's output blocks stay findable
         for its own resumption; a finished one's can never be hit again, so they go unhashed."""
         self._register(req, computed if keep_outputs else min(computed, req.prompt_len))
-        self.pool.free(req.blocks, req.n_anonymous)
-        req.blocks = []
-        req.n_anonymous = 0
+        self.pool.free(req.blocks, req.hashes, req.n_anonymous)
+        req.blocks, req.n_anonymous = [], 0
 
     # -- preemption -------------------------------------------------------------------------
 
