@@ -108,3 +108,15 @@ def test_without_a_prefix_cache_every_block_is_anonymous() -> None:
     pool.allocate(4)
     assert pool.register([1, 2]) == [ANONYMOUS, ANONYMOUS]
     assert pool.lookup([1, 2], 2) == [] and pool.num_free == 6
+
+
+def test_block_hashes_are_equal_exactly_where_prompts_share_every_token_so_far() -> None:
+    from sweetspot.backends.sim.block_hashes import prompt_block_hashes
+
+    prompts = [(1, 2, 3, 4, 5), (), (1, 2, 3, 4, 6, 7, 8), (1, 2, 9, 4), (2, 1, 3, 4), (3,)]
+    a, empty, b, c, d, short = (h.tolist() for h in prompt_block_hashes(prompts, 2))
+    assert len(a) == 2 and len(b) == 3 and not empty and not short
+    assert a == b[:2]  # the same first four tokens
+    assert c[0] == a[0] and c[1] != a[1]  # a change in block 1 changes block 1's hash on
+    assert d[0] != a[0] and d[1] != a[1]  # a swap in block 0 changes every later hash
+    assert len(set(a + b + c + d)) == 6

@@ -42,16 +42,22 @@ def prompt_block_hashes(prompts: Sequence[Sequence[int]], block_size: int
     if not len(prompts) or not lengths.any():
         return [np.empty(0, dtype=np.uint64) for _ in prompts]
     ids = np.concatenate([np.asarray(p) for p in prompts]).astype(np.uint64)
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    positions = np.arange(len(ids), dtype=np.int64) - np.repeat(starts, lengths)
+    starts = np.cumsum(lengths) - lengths
+    # Each token's position in its prompt: a running count that restarts at every prompt.
+    steps = np.ones(len(ids), dtype=np.int64)
+    nonempty = lengths > 0
+    steps[starts[nonempty][1:]] = 1 - lengths[nonempty][:-1]
+    steps[0] = 0
+    positions = np.cumsum(steps)
     sums = np.cumsum(ids * _multipliers(int(lengths.max()))[positions])
     # Block i of prompt r ends at token starts[r] + (i + 1) * block_size - 1; its hash is the
     # running sum there less the sum before the prompt.
     blocks = lengths // block_size
     owner = np.repeat(np.arange(len(prompts)), blocks)
-    first_block = np.concatenate(([0], np.cumsum(blocks)[:-1]))
+    first_block = np.cumsum(blocks) - blocks
     index = np.arange(int(blocks.sum()), dtype=np.int64) - np.repeat(first_block, blocks)
     ends = starts[owner] + (index + 1) * block_size - 1
     before = np.concatenate((np.zeros(1, dtype=np.uint64), sums))[starts]
     hashes = sums[ends] - before[owner]
-    return np.split(hashes, np.cumsum(blocks)[:-1])
+    bounds = np.concatenate(([0], np.cumsum(blocks))).tolist()
+    return [hashes[lo:hi] for lo, hi in zip(bounds, bounds[1:], strict=False)]
