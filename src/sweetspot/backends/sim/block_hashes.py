@@ -18,6 +18,7 @@ Blocks that hold output tokens are unique to their request and are hashed where 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 import numpy.typing as npt
@@ -60,4 +61,4 @@ def prompt_block_hashes(prompts: Sequence[Sequence[int]], block_size: int
     before = np.concatenate((np.zeros(1, dtype=np.uint64), sums))[starts]
     hashes = sums[ends] - before[owner]
     bounds = np.concatenate(([0], np.cumsum(blocks))).tolist()
-    return [hashes[lo:hi] for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    return [hashes[lo:hi] for lo, hi in pairwise(bounds)]
