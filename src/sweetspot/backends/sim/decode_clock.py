@@ -36,6 +36,7 @@ class DecodeClock:
         start = self.dnext
         req.state, req.dec_start = DECODE, start
         req.dec_computed, req.dec_generated = computed, req.generated
+        req.dec_end = start + remaining
         bs, k = self.block_size, self.spec_tokens
         if self.draw_emissions is None:
             req.dec_emit = req.dec_cum = None

@@ -44,6 +44,7 @@ class SimRequest:
     dec_start: int = 0
     dec_computed: int = 0
     dec_generated: int = 0
+    dec_end: int = 0  # the decode step after its last: dec_start + tokens left at the start
     dec_emit: np.ndarray | None = None  # tokens per decode step (speculation); None = 1 each
     dec_cum: np.ndarray | None = None  # cumulative dec_emit
     dec_rate: float = 1.0  # expected tokens per decode step (context bookkeeping)

@@ -294,29 +294,31 @@ class Scheduler:
                    and e[0].state == DECODE]
         if not entries:
             return
-        bs = self.cfg.block_size
-        total = sum(n for _, _, n in entries)
+        due = dstep + self.cfg.block_size
+        later = self.clock.need.setdefault(due, [])
+        total = sum([e[2] for e in entries])
         if total <= self.pool.num_free:  # the common case: no preemption, one allocation
             self.pool.allocate(total)
-            for req, _, n in entries:
-                req.n_anonymous += n
-            granted = entries
-        else:
-            entries.sort(key=lambda e: e[0].admit_seq)
-            granted = []
             for entry in entries:
-                req, _, n = entry
-                if req.state != DECODE or req.epoch != entry[1]:
-                    continue  # preempted for an earlier request of this step
-                if not self._make_room(req, n, dstep):
-                    continue
-                self.pool.allocate(n)
-                req.n_anonymous += n
-                granted.append(entry)
-        later = self.clock.need.setdefault(dstep + bs, [])
+                req = entry[0]
+                req.n_anonymous += entry[2]
+                if req.dec_emit is None and due < req.dec_end:
+                    later.append((req, entry[1], 1))
+            return
+        entries.sort(key=lambda e: e[0].admit_seq)
+        granted = []
+        for entry in entries:
+            req, _, n = entry
+            if req.state != DECODE or req.epoch != entry[1]:
+                continue  # preempted for an earlier request of this step
+            if not self._make_room(req, n, dstep):
+                continue
+            self.pool.allocate(n)
+            req.n_anonymous += n
+            granted.append(entry)
         for req, epoch, _ in granted:
             if req.dec_emit is None and req.epoch == epoch and req.state == DECODE \
-                    and dstep + bs < req.dec_start + req.output_len - req.dec_generated:
+                    and due < req.dec_end:
                 later.append((req, epoch, 1))
 
     def _admit(self, budget: int, dstep: int, prefills: list[tuple[SimRequest, int]]) -> int:
