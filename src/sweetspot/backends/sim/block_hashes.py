@@ -3,16 +3,18 @@
 What a hash must mean (vLLM's block hash chain): the hash of block i of a prompt stands for the
 prompt's first ``(i + 1) * block_size`` token ids, so two prompts' block i hashes are equal
 exactly when they share every token up to the end of that block; the scheduler relies on it (a
-hit on block i implies hits on every block before it). Here that is a prefix sum: token j of a
-prompt contributes ``id_j * M(j)`` (mod 2**64), where ``M(j)`` is a fixed pseudo-random odd
-multiplier of the position, and block i's hash is the sum over its prompt's first
-``(i + 1) * block_size`` tokens. Equal prefixes give equal sums; unequal ones collide with a
-probability of about 2**-46 at worst (a difference of ids times an independent random odd
-multiplier), as good as Python's tuple hashes were for this. The values themselves are never
-observable, only which ones are equal.
+hit on block i implies hits on every block before it). Here:
 
-Blocks that hold output tokens are unique to their request and are hashed where they fill
-(``Scheduler._hash_chain``).
+- a block's content sum is ``sum(id_j * M(j))`` over its tokens (mod 2**64), ``M(j)`` a fixed
+  pseudo-random odd multiplier of the position j within the block: two different blocks have
+  equal sums with a probability of about 2**-46 at worst (a difference of ids times an
+  independent random odd multiplier);
+- a block's key mixes (splitmix64) its content sum with its index in the prompt;
+- block i's hash is the sum of the keys of blocks 0..i (mod 2**64): equal prefixes give equal
+  hashes, and unequal ones collide only by chance (~2**-64), as Python's tuple hashes did.
+
+The values themselves are never observable, only which ones are equal. Blocks that hold output
+tokens are unique to their request and are hashed where they fill (``Scheduler._hash_chain``).
 """
 
 from __future__ import annotations
@@ -22,43 +24,39 @@ from itertools import pairwise
 
 import numpy as np
 import numpy.typing as npt
+from numpy.lib.stride_tricks import sliding_window_view
 
 __all__ = ["prompt_block_hashes"]
 
 U64 = npt.NDArray[np.uint64]
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def _multipliers(n: int) -> U64:
-    """``M(j)`` for positions ``0 .. n-1``: splitmix64 of the position, made odd."""
-    z = np.arange(n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(0x5EED)
+def _mix(z: U64) -> U64:
+    """splitmix64's finaliser: every input bit moves every output bit."""
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return (z ^ (z >> np.uint64(31))) | np.uint64(1)
+    return z ^ (z >> np.uint64(31))
 
 
-def prompt_block_hashes(prompts: Sequence[Sequence[int]], block_size: int
-                        ) -> list[U64]:
+def prompt_block_hashes(prompts: Sequence[Sequence[int]], block_size: int) -> list[U64]:
     """For each prompt, the hashes of its full blocks (``len // block_size`` of them)."""
     lengths = np.fromiter((len(p) for p in prompts), dtype=np.int64, count=len(prompts))
-    if not len(prompts) or not lengths.any():
-        return [np.empty(0, dtype=np.uint64) for _ in prompts]
-    ids = np.concatenate([np.asarray(p) for p in prompts]).astype(np.uint64)
-    starts = np.cumsum(lengths) - lengths
-    # Each token's position in its prompt: a running count that restarts at every prompt.
-    steps = np.ones(len(ids), dtype=np.int64)
-    nonempty = lengths > 0
-    steps[starts[nonempty][1:]] = 1 - lengths[nonempty][:-1]
-    steps[0] = 0
-    positions = np.cumsum(steps)
-    sums = np.cumsum(ids * _multipliers(int(lengths.max()))[positions])
-    # Block i of prompt r ends at token starts[r] + (i + 1) * block_size - 1; its hash is the
-    # running sum there less the sum before the prompt.
     blocks = lengths // block_size
-    owner = np.repeat(np.arange(len(prompts)), blocks)
+    if not blocks.any():
+        return [np.empty(0, dtype=np.uint64) for _ in prompts]
+    ids = np.concatenate([np.asarray(p) for p in prompts])
+    # Sampled ids are int32 (``TokenIds``): as uint32 they multiply into uint64 without a copy.
+    ids = ids.view(np.uint32) if ids.dtype == np.int32 else ids.astype(np.uint64)
+    starts = np.cumsum(lengths) - lengths
+    owner = np.repeat(np.arange(len(prompts)), blocks)  # the prompt of each block
     first_block = np.cumsum(blocks) - blocks
-    index = np.arange(int(blocks.sum()), dtype=np.int64) - np.repeat(first_block, blocks)
-    ends = starts[owner] + (index + 1) * block_size - 1
-    before = np.concatenate((np.zeros(1, dtype=np.uint64), sums))[starts]
-    hashes = sums[ends] - before[owner]
+    index = np.arange(len(owner)) - first_block[owner]  # each block's index in its prompt
+    multipliers = _mix(np.arange(1, block_size + 1, dtype=np.uint64) * GOLDEN) | np.uint64(1)
+    contents = sliding_window_view(ids, block_size)[starts[owner] + index * block_size]
+    keys = _mix(contents @ multipliers + index.astype(np.uint64) * GOLDEN)
+    running = np.cumsum(keys)
+    before = np.where(first_block > 0, running[first_block - 1], np.uint64(0))
+    hashes = running - before[owner]
     bounds = np.concatenate(([0], np.cumsum(blocks))).tolist()
     return [hashes[lo:hi] for lo, hi in pairwise(bounds)]
