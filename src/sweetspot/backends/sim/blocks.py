@@ -53,8 +53,9 @@ class BlockPool:
         # The free queue, head first: key -> anonymous run length, or a segment of hashed blocks.
         self._free: OrderedDict[int, int | _Segment] = OrderedDict()
         self._keys = 0  # the last queue key handed out
-        self._next_id = 0  # the next hashed block's id
-        self._home: dict[int, int] = {}  # free hashed block -> queue key of its segment
+        # Hashed block id -> queue key of its segment while it is free, 0 while referenced
+        # (an evicted block keeps its last key: nothing asks about it again).
+        self._home: list[int] = []
         self._shared: dict[int, int] = {}  # hashed block with several references -> how many
         self._cached: dict[int, int] = {}  # block hash -> hashed block id
         self.num_used = 0  # blocks referenced by at least one request
@@ -81,16 +82,17 @@ class BlockPool:
     def evictable_among(self, blocks: list[int]) -> int:
         """How many of ``blocks`` are free (their reuse takes them out of the free count)."""
         home = self._home
-        return sum(1 for b in blocks if b in home)
+        return sum(1 for b in blocks if home[b])
 
     def touch(self, blocks: list[int]) -> None:
         """Take a reference on cache-hit blocks."""
         home, shared, free = self._home, self._shared, self._free
         for b in blocks:
-            key = home.pop(b, 0)
+            key = home[b]
             if not key:
                 shared[b] = shared.get(b, 1) + 1
                 continue
+            home[b] = 0
             segment = free[key]
             assert isinstance(segment, _Segment)
             segment.stale += 1
@@ -126,13 +128,11 @@ class BlockPool:
         if not segment.stale:
             end = min(len(ids), start + want)
             deque(map(self._cached.__delitem__, segment.hashes[start:end]), maxlen=0)
-            deque(map(self._home.__delitem__, ids[start:end]), maxlen=0)
             segment.start = end
             return want - (end - start)
         home, cached = self._home, self._cached
         while want and start < len(ids):
-            if home.get(ids[start]) == key:
-                del home[ids[start]]
+            if home[ids[start]] == key:
                 del cached[segment.hashes[start]]
                 want -= 1
             else:
@@ -148,19 +148,22 @@ class BlockPool:
         cached = self._cached
         if not self.caching:
             return [ANONYMOUS] * len(hashes)
-        if not cached.keys().isdisjoint(hashes) or len(set(hashes)) < len(hashes):
-            return [self._register_one(h) for h in hashes]
-        first = self._next_id
-        self._next_id += len(hashes)
-        ids = list(range(first, self._next_id))
-        cached.update(zip(hashes, ids, strict=True))
-        return ids
+        if cached.keys().isdisjoint(hashes):
+            size, first = len(cached), len(self._home)
+            ids = list(range(first, first + len(hashes)))
+            cached.update(zip(hashes, ids, strict=True))
+            if len(cached) == size + len(hashes):
+                self._home.extend([0] * len(ids))
+                return ids
+            for h in hashes:  # a hash twice in the list (a collision): one at a time
+                del cached[h]
+        return [self._register_one(h) for h in hashes]
 
     def _register_one(self, block_hash: int) -> int:
         if block_hash in self._cached:
             return ANONYMOUS
-        block = self._cached[block_hash] = self._next_id
-        self._next_id += 1
+        block = self._cached[block_hash] = len(self._home)
+        self._home.append(0)
         return block
 
     def free(self, blocks: list[int], hashes: list[int] | None, num_anonymous: int) -> None:
@@ -204,7 +207,12 @@ class BlockPool:
         self._keys += 1
         key = self._keys
         self._free[key] = _Segment(ids, hashes)
-        self._home.update(dict.fromkeys(ids, key))
+        home = self._home
+        if ids == list(range(ids[0], ids[0] - len(ids), -1)):  # registered together
+            home[ids[-1]:ids[0] + 1] = [key] * len(ids)
+        else:
+            for b in ids:
+                home[b] = key
 
     def _append_run(self, n: int) -> None:
         """``n`` anonymous blocks join the queue's tail (one entry with a run already there)."""
