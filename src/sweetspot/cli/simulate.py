@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -74,8 +77,10 @@ def simulate(
         cal = load_calibration(calibration, setup.hardware, setup.arch)
     wl = _override_arrivals(load_workload(workload), "inf" if offline else rate, concurrency,
                             1.0)
-    requests = sample_requests(wl, num_requests, seed=seed, vocab_size=setup.arch.vocab_size)
-    prediction = _predict(setup, requests, wl, cal, concurrency, seed or 0, offline)
+    with _collector_paused():
+        requests = sample_requests(wl, num_requests, seed=seed,
+                                   vocab_size=setup.arch.vocab_size)
+        prediction = _predict(setup, requests, wl, cal, concurrency, seed or 0, offline)
     step_model = cal.step_model if cal else None
     run = prediction.run
     data: dict = {"status": run.status, "cause": run.cause}
@@ -90,6 +95,22 @@ def simulate(
     if json_path is not None:
         _write_json(json_path, data)
     return 0 if run.status == "ok" else 1
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No garbage collection while the requests and the run's records are built: they live
+    until the command ends, so each pass over them (~20 ms for 10,000 requests) would free
+    nothing. Whatever is alive at the end is frozen: later passes, the one at exit included,
+    skip it."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if collecting:
+            gc.enable()
 
 
 def _predict(setup, requests, wl, cal, concurrency: int | None, seed: int, offline: bool):
