@@ -63,7 +63,6 @@ def simulate(
     size that fits); 2: unusable input.
     """
     from sweetspot.spec.loaders import load_workload
-    from sweetspot.spec.requests import sample_requests
 
     if offline and (concurrency is not None or rate not in (None, "inf")):
         raise SweetspotError("--offline hands the engine every request at once (LLM.generate):"
@@ -77,10 +76,7 @@ def simulate(
         cal = load_calibration(calibration, setup.hardware, setup.arch)
     wl = _override_arrivals(load_workload(workload), "inf" if offline else rate, concurrency,
                             1.0)
-    with _collector_paused():
-        requests = sample_requests(wl, num_requests, seed=seed,
-                                   vocab_size=setup.arch.vocab_size)
-        prediction = _predict(setup, requests, wl, cal, concurrency, seed or 0, offline)
+    requests, prediction = _predict(setup, wl, num_requests, seed, cal, concurrency, offline)
     step_model = cal.step_model if cal else None
     run = prediction.run
     data: dict = {"status": run.status, "cause": run.cause}
@@ -113,16 +109,22 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _predict(setup, requests, wl, cal, concurrency: int | None, seed: int, offline: bool):
-    """The prediction with its intervals and flags (a calibration's fit rows and range)."""
+def _predict(setup, wl, num_requests: int | None, seed: int | None, cal,
+             concurrency: int | None, offline: bool):
+    """The requests, and the prediction with its intervals and flags (a calibration's fit rows
+    and range)."""
     from sweetspot.backends.sim.uncertainty import predict
+    from sweetspot.spec.requests import sample_requests
 
     rated = wl.arrival.process in ("poisson", "gamma", "constant")
-    return predict(setup, requests, max_concurrency=concurrency,
-                   model=cal.step_model if cal else None, seed=seed,
-                   warmup=0 if offline else 1, fitted_on=cal.fitted_on if cal else None,
-                   covered=cal.covered if cal else None,
-                   offered_rate=wl.arrival.rate if rated else None)
+    with _collector_paused():
+        requests = sample_requests(wl, num_requests, seed=seed,
+                                   vocab_size=setup.arch.vocab_size)
+        return requests, predict(
+            setup, requests, max_concurrency=concurrency, model=cal.step_model if cal else None,
+            seed=seed or 0, warmup=0 if offline else 1,
+            fitted_on=cal.fitted_on if cal else None, covered=cal.covered if cal else None,
+            offered_rate=wl.arrival.rate if rated else None)
 
 
 def _print_ran(prediction, step_model) -> dict:

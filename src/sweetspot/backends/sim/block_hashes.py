@@ -14,19 +14,21 @@ hit on block i implies hits on every block before it). Here:
   hashes, and unequal ones collide only by chance (~2**-64), as Python's tuple hashes did.
 
 The values themselves are never observable, only which ones are equal. Blocks that hold output
-tokens are unique to their request and are hashed where they fill (``Scheduler._hash_chain``).
+tokens are unique to their request and are hashed where they fill (``hash_chain``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import pairwise
 
 import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
-__all__ = ["prompt_block_hashes"]
+from sweetspot.backends.sim.request import SimRequest
+
+__all__ = ["hash_chain", "index_prompts", "prompt_block_hashes"]
 
 U64 = npt.NDArray[np.uint64]
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -60,3 +62,28 @@ def prompt_block_hashes(prompts: Sequence[Sequence[int]], block_size: int) -> li
     hashes = running - before[owner]
     bounds = np.concatenate(([0], np.cumsum(blocks))).tolist()
     return [hashes[lo:hi] for lo, hi in pairwise(bounds)]
+
+
+def index_prompts(reqs: Iterable[SimRequest], block_size: int) -> None:
+    """Give each request its prompt's block hashes (``SimRequest.prompt_hashes``)."""
+    reqs = list(reqs)
+    hashes = prompt_block_hashes([r.prompt_ids for r in reqs], block_size)
+    for req, prompt_hashes in zip(reqs, hashes, strict=True):
+        req.prompt_hashes = prompt_hashes
+
+
+def hash_chain(req: SimRequest, block_size: int, upto_blocks: int) -> list[int]:
+    """The request's full-block hashes, at least its first ``upto_blocks`` (while blocks that
+    far are full): its prompt's, then for blocks holding outputs values unique to the request
+    (chained on the last prompt block's, as vLLM chains every block on its parent)."""
+    hashes = req.hashes
+    if hashes is None:
+        if req.prompt_hashes is None:
+            index_prompts([req], block_size)
+        assert req.prompt_hashes is not None
+        hashes = req.hashes = req.prompt_hashes.tolist()
+    parent = hashes[-1] if hashes else 0
+    for i in range(len(hashes), upto_blocks):
+        parent = hash((parent, (-1, req.rid, i)))
+        hashes.append(parent)
+    return hashes

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from sweetspot.backends.sim.block_hashes import prompt_block_hashes
+from sweetspot.backends.sim.block_hashes import hash_chain, index_prompts
 from sweetspot.backends.sim.blocks import BlockPool
 from sweetspot.backends.sim.cost import StepShape
 from sweetspot.backends.sim.decode_clock import DecodeClock
@@ -82,6 +82,7 @@ class Scheduler:
         self._admitted = 0
         self._group_left = 0  # V0 multi-step: decode steps left in the current group
         self.preemptions = 0
+        self._preempted = False  # any preemption yet (not reset with the counters)
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.finished: list[SimRequest] = []
@@ -112,25 +113,7 @@ class Scheduler:
         """Hash the full prompt blocks of requests about to arrive, all at once (a prefix
         cache only)."""
         if self.cfg.prefix_caching:
-            reqs = list(reqs)
-            hashes = prompt_block_hashes([r.prompt_ids for r in reqs], self.cfg.block_size)
-            for req, prompt_hashes in zip(reqs, hashes, strict=True):
-                req.prompt_hashes = prompt_hashes
-
-    def _hash_chain(self, req: SimRequest, upto_blocks: int) -> list[int]:
-        """The request's full-block hashes, at least its first ``upto_blocks`` (while blocks
-        that far are full): prompt blocks hash their token ids (``block_hashes``), blocks
-        holding outputs are unique to the request."""
-        hashes = req.hashes
-        if hashes is None:
-            if req.prompt_hashes is None:
-                self.index_prompts([req])
-            hashes = req.hashes = req.prompt_hashes.tolist()
-        parent = hashes[-1] if hashes else 0
-        for i in range(len(hashes), upto_blocks):
-            parent = hash((parent, (-1, req.rid, i)))
-            hashes.append(parent)
-        return hashes
+            index_prompts(reqs, self.cfg.block_size)
 
     def _register(self, req: SimRequest, computed: int) -> None:
         """Put the request's full blocks into the cache map (vLLM does it as blocks fill)."""
@@ -140,7 +123,7 @@ class Scheduler:
         full = min(computed // self.cfg.block_size, first + req.n_anonymous)
         if full <= first:
             return
-        hashes = self._hash_chain(req, full)
+        hashes = hash_chain(req, self.cfg.block_size, full)
         req.blocks.extend(self.pool.register(hashes[first:full]))
         req.n_anonymous -= full - first
 
@@ -177,6 +160,7 @@ class Scheduler:
         req.epoch += 1
         req.preemptions += 1
         self.preemptions += 1
+        self._preempted = True
         self.waiting.requeue(req)
 
     def _make_room(self, req: SimRequest, blocks: int, dstep: int) -> bool:
@@ -265,14 +249,15 @@ class Scheduler:
     def _shape(self, dstep: int, prefills: list[tuple[SimRequest, int]],
                num_decode_seqs: int) -> StepShape:
         """What the step computes, for the cost model."""
-        pf_tokens = pf_context = 0
+        pf_tokens = pf_context = completing = 0
         pf_pairs = 0.0
         for req, n in prefills:
             pf_tokens += n
             pf_context += req.computed + n
             pf_pairs += n * (req.computed + (n + 1) / 2)
+            if req.computed + n == req.prompt_len + req.generated:  # its prompt is done
+                completing += 1
         k = self.cfg.spec_tokens
-        completing = sum(1 for req, n in prefills if req.computed + n == req.num_tokens)
         return StepShape(
             num_seqs=num_decode_seqs + len(prefills),
             num_decode_tokens=num_decode_seqs * (1 + k),
@@ -290,8 +275,9 @@ class Scheduler:
         """Phase 1: the decoding requests whose next token opens a KV block get one, in running
         order, preempting when the pool is empty. Without speculation a request's next block
         is due ``block_size`` decode steps later."""
-        entries = [e for e in self.clock.need.pop(dstep, ()) if e[0].epoch == e[1]
-                   and e[0].state == DECODE]
+        entries = self.clock.need.pop(dstep, None)
+        if entries and self._preempted:  # only a preemption leaves stale entries behind
+            entries = [e for e in entries if e[0].epoch == e[1] and e[0].state == DECODE]
         if not entries:
             return
         due = dstep + self.cfg.block_size
@@ -333,7 +319,7 @@ class Scheduler:
             if cfg.prefix_caching and req.computed == 0:
                 # Never the whole prompt: the last token is recomputed to get logits.
                 max_blocks = (req.num_tokens - 1) // bs
-                hits = pool.lookup(self._hash_chain(req, max_blocks), max_blocks)
+                hits = pool.lookup(hash_chain(req, bs, max_blocks), max_blocks)
                 self.prefix_queries += req.num_tokens
                 self.prefix_hits += len(hits) * bs
             computed = len(hits) * bs if hits else req.computed
@@ -382,7 +368,7 @@ class Scheduler:
                 continue
             req.computed += n
             self._register(req, min(req.computed, req.prompt_len))
-            if req.computed < req.num_tokens:
+            if req.computed < req.prompt_len + req.generated:  # num_tokens, inlined
                 continue
             self.prefilling.remove(req)
             req.generated += 1
