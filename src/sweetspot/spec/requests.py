@@ -122,28 +122,30 @@ def sample_requests(
 def _prompt_ids(spec: WorkloadSpec, prompt_lens: npt.NDArray[np.int64],
                 has_prefix: npt.NDArray[np.bool_], groups: npt.NDArray[np.int64],
                 rng: np.random.Generator, seed: int, vocab_size: int
-                ) -> npt.NDArray[np.signedinteger[Any]]:
+                ) -> npt.NDArray[np.integer[Any]]:
     """Every prompt's ids, end to end: a group's shared prefix where the request carries one,
     then its own ids, drawn request after request from ``rng`` (one draw for all of them gives
-    the same ids as one draw per request)."""
+    the same ids as one draw per request, and int32 draws equal int64 ones)."""
     prefix_len = spec.prefix.length
+    dtype = np.int32 if vocab_size <= 2**31 else np.int64
     own = prompt_lens - np.where(has_prefix, prefix_len, 0)
-    ids: npt.NDArray[np.signedinteger[Any]] = np.empty(
-        int(prompt_lens.sum()), dtype=np.int32 if vocab_size <= 2**31 else np.int64)
-    starts = np.concatenate(([0], np.cumsum(prompt_lens)[:-1]))
-    own_starts = starts + (prompt_lens - own)
-    own_ids = rng.integers(FIRST_TOKEN_ID, vocab_size, size=int(own.sum()))
-    offsets = np.arange(len(own_ids)) - np.repeat(np.cumsum(own) - own, own)
-    ids[np.repeat(own_starts, own) + offsets] = own_ids
-    if prefix_len and has_prefix.any():
+    own_ids = rng.integers(FIRST_TOKEN_ID, vocab_size, size=int(own.sum()), dtype=dtype)
+    if not prefix_len or not has_prefix.any():
+        ids: npt.NDArray[np.integer[Any]] = own_ids
+    else:
         prefixes = np.array([
             np.random.default_rng([seed, 100, g]).integers(
-                FIRST_TOKEN_ID, vocab_size, size=prefix_len)
+                FIRST_TOKEN_ID, vocab_size, size=prefix_len, dtype=dtype)
             for g in range(spec.prefix.num_prefixes)])
         carriers = np.flatnonzero(has_prefix)
+        starts = np.cumsum(prompt_lens) - prompt_lens
         column = np.tile(np.arange(prefix_len), len(carriers))
-        ids[np.repeat(starts[carriers], prefix_len) + column] = \
-            prefixes[np.repeat(groups[carriers], prefix_len), column]
+        at = np.repeat(starts[carriers], prefix_len) + column  # where the prefixes go
+        ids = np.empty(int(prompt_lens.sum()), dtype=dtype)
+        ids[at] = prefixes[np.repeat(groups[carriers], prefix_len), column]
+        own_place = np.ones(len(ids), dtype=bool)
+        own_place[at] = False
+        ids[own_place] = own_ids  # in order: each request's own ids after its prefix
     ids.flags.writeable = False
     return ids
 
