@@ -35,6 +35,7 @@ import numpy as np
 
 from sweetspot._errors import SweetspotError
 from sweetspot.backends.records import RequestRecord
+from sweetspot.backends.step_times import StepTimes
 
 __all__ = [
     "LATENCY_NAMES",
@@ -264,9 +265,11 @@ class _Timings:
         n_chunks = np.fromiter((len(r.chunk_times_s) for r in ok), np.int64, n_ok)
         reported = np.fromiter((r.output_tokens for r in ok), np.int64, n_ok)
         output = np.where(reported > 0, reported, n_chunks)  # vLLM: `if not output_len`: recount
-        chunks = np.fromiter(
-            chain.from_iterable(r.chunk_times_s for r in ok), float, int(n_chunks.sum())
-        )
+        chunks = StepTimes.pool([r.chunk_times_s for r in ok])  # the simulator's, at once
+        if chunks is None:
+            chunks = np.fromiter(
+                chain.from_iterable(r.chunk_times_s for r in ok), float, int(n_chunks.sum())
+            )
         first = np.cumsum(n_chunks) - n_chunks  # index of each request's first chunk
         ttft = chunks[first] - sent
         e2el = end - sent

@@ -14,6 +14,7 @@ from sweetspot.backends.records import RequestRecord
 from sweetspot.backends.sim.cost import StepShape, StepTimeModel
 from sweetspot.backends.sim.request import SimRequest
 from sweetspot.backends.sim.scheduler import Scheduler
+from sweetspot.backends.step_times import StepTimes
 from sweetspot.spec.requests import Request
 
 __all__ = ["MAX_STEPS", "EngineLoop"]
@@ -159,34 +160,47 @@ class EngineLoop:
 
     def _records(self, reqs: list[SimRequest]) -> tuple[RequestRecord, ...]:
         # Decode steps before this loop (a warm-up's) have no times here: pad their indices.
-        dtimes = [0.0] * self.first_dstep + (
-            np.asarray(self.dtimes) + self.half_latency).tolist()
+        dtimes = np.concatenate((np.zeros(self.first_dstep),
+                                 np.asarray(self.dtimes, dtype=np.float64) + self.half_latency))
+        dtimes.flags.writeable = False
         records: list[RequestRecord] = []
-        k = self.scheduler.cfg.spec_tokens
         for req in sorted(reqs, key=lambda q: q.rid):
             if req.error is not None:
                 records.append(RequestRecord(
                     req.rid, req.scheduled_s, req.sent_s, (), None, req.prompt_len, 0,
                     req.priority, req.prefix_group, req.error, req.slot_wait_s))
                 continue
-            times: list[float] = []
-            tokens = 0
-            for piece in req.pieces:
-                if isinstance(piece, float):
-                    times.append(piece + self.half_latency)
-                    tokens += 1
-                else:
-                    start, steps, emit = piece
-                    times.extend(dtimes[start:start + steps])
-                    if emit is None:
-                        tokens += steps
-                    else:
-                        emitted = int(emit[:steps].sum())
-                        tokens += emitted
-                        self.spec_draft_tokens += k * steps
-                        self.spec_accepted_tokens += emitted - steps
+            times, tokens = self._token_times(req, dtimes)
             records.append(RequestRecord(
-                req.rid, req.scheduled_s, req.sent_s, tuple(times), times[-1], req.prompt_len,
+                req.rid, req.scheduled_s, req.sent_s, times, times[-1], req.prompt_len,
                 tokens, req.priority, req.prefix_group, None, req.slot_wait_s))
         return tuple(records)
 
+    def _token_times(self, req: SimRequest, dtimes: np.ndarray
+                     ) -> tuple[StepTimes | tuple[float, ...], int]:
+        """A finished request's token times and output tokens. One that decoded in a single run
+        (no preemption) gets ``StepTimes``: its first token's time and a slice of the decode-step
+        times; any other a tuple."""
+        pieces = req.pieces
+        times: list[float] = []
+        tokens = 0
+        single_run = len(pieces) == 2 and isinstance(pieces[0], float)
+        for piece in pieces:
+            if isinstance(piece, float):
+                times.append(piece + self.half_latency)
+                tokens += 1
+                continue
+            start, steps, emit = piece
+            if not single_run:
+                times.extend(dtimes[start:start + steps].tolist())
+            if emit is None:
+                tokens += steps
+            else:
+                emitted = int(emit[:steps].sum())
+                tokens += emitted
+                self.spec_draft_tokens += self.scheduler.cfg.spec_tokens * steps
+                self.spec_accepted_tokens += emitted - steps
+        if single_run:
+            start, steps, _ = pieces[1]
+            return StepTimes(times[0], dtimes, start, start + steps), tokens
+        return tuple(times), tokens
