@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -47,21 +48,42 @@ def prompt_block_hashes(prompts: Sequence[Sequence[int]], block_size: int) -> li
     blocks = lengths // block_size
     if not blocks.any():
         return [np.empty(0, dtype=np.uint64) for _ in prompts]
-    ids = np.concatenate([np.asarray(p) for p in prompts])
-    # Sampled ids are int32 (``TokenIds``): as uint32 they multiply into uint64 without a copy.
-    ids = ids.view(np.uint32) if ids.dtype == np.int32 else ids.astype(np.uint64)
-    starts = np.cumsum(lengths) - lengths
+    ids, starts = _token_array(prompts, lengths)
     owner = np.repeat(np.arange(len(prompts)), blocks)  # the prompt of each block
     first_block = np.cumsum(blocks) - blocks
     index = np.arange(len(owner)) - first_block[owner]  # each block's index in its prompt
+    block_starts = starts[owner] + index * block_size
     multipliers = _mix(np.arange(1, block_size + 1, dtype=np.uint64) * GOLDEN) | np.uint64(1)
-    contents = sliding_window_view(ids, block_size)[starts[owner] + index * block_size]
-    keys = _mix(contents @ multipliers + index.astype(np.uint64) * GOLDEN)
+    windows = sliding_window_view(ids, block_size)
+    sums = np.empty(len(owner), dtype=np.uint64)
+    for lo in range(0, len(owner), _CHUNK):  # in chunks: the uint64 products stay small
+        sums[lo:lo + _CHUNK] = (windows[block_starts[lo:lo + _CHUNK]].astype(np.uint64)
+                                @ multipliers)
+    keys = _mix(sums + index.astype(np.uint64) * GOLDEN)
     running = np.cumsum(keys)
     before = np.where(first_block > 0, running[first_block - 1], np.uint64(0))
     hashes = running - before[owner]
     bounds = np.concatenate(([0], np.cumsum(blocks))).tolist()
     return [hashes[lo:hi] for lo, hi in pairwise(bounds)]
+
+
+_CHUNK = 1 << 16  # blocks hashed at a time
+
+
+def _token_array(prompts: Sequence[Sequence[int]], lengths: npt.NDArray[np.int64]
+                 ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
+    """One array holding every prompt's ids, and where each prompt starts in it. Sampled
+    prompts (``TokenIds``) are slices of one array already: that one, without a copy."""
+    arrays = [np.asarray(p) for p in prompts]
+    base = arrays[0].base if arrays else None
+    if isinstance(base, np.ndarray) and base.ndim == 1 and all(
+            a.base is base and a.dtype == base.dtype and a.strides == base.strides
+            for a in arrays):
+        origin = base.__array_interface__["data"][0]
+        offsets = np.fromiter((a.__array_interface__["data"][0] for a in arrays), np.int64,
+                              len(arrays))
+        return base, (offsets - origin) // base.itemsize
+    return np.concatenate(arrays), np.cumsum(lengths) - lengths
 
 
 def index_prompts(reqs: Iterable[SimRequest], block_size: int) -> None:

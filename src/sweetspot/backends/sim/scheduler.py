@@ -384,4 +384,5 @@ class Scheduler:
         del self.running[req]
         self._free(req, computed, keep_outputs=False)
         req.state = DONE
+        req.hashes = req.prompt_hashes = None  # the cache map holds what is still needed
         self.finished.append(req)
