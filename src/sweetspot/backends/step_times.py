@@ -86,18 +86,11 @@ class StepTimes(Sequence[float]):
         first = np.fromiter((s._first for s in seqs), np.float64, n)  # type: ignore[attr-defined]
         start = np.fromiter((s._start for s in seqs), np.int64, n)  # type: ignore[attr-defined]
         stop = np.fromiter((s._stop for s in seqs), np.int64, n)  # type: ignore[attr-defined]
-        body = stop - start
-        heads = np.cumsum(body + 1) - (body + 1)  # where each sequence's first time goes
-        out = np.empty(int(body.sum()) + n, dtype=np.float64)
+        sizes = stop - start + 1
+        heads = np.cumsum(sizes) - sizes  # where each sequence's first time goes
+        out = np.empty(int(sizes.sum()), dtype=np.float64)
         out[heads] = first
-        # The later times' indices into ``steps``: a count that jumps at each sequence's run.
-        index = np.ones(int(body.sum()), dtype=np.int64)
-        runs = np.cumsum(body) - body  # where each run starts among the later times
-        nonempty = body > 0
-        index[runs[nonempty]] = start[nonempty] - np.concatenate(
-            ([0], stop[nonempty][:-1] - 1))
-        index = np.cumsum(index, out=index)
-        rest = np.ones(len(out), dtype=bool)
-        rest[heads] = False
-        out[rest] = steps[index]
+        # Each run is one slice copy: no index arrays as long as the times themselves.
+        for at, lo, hi in zip((heads + 1).tolist(), start.tolist(), stop.tolist(), strict=True):
+            out[at:at + hi - lo] = steps[lo:hi]
         return out
