@@ -110,7 +110,7 @@ def sample_requests(
         requests.append(Request(
             request_id=i,
             arrival_s=at,
-            prompt_token_ids=TokenIds(ids[bounds[i]:bounds[i + 1]]),
+            prompt_token_ids=TokenIds(ids, bounds[i], bounds[i + 1]),
             output_tokens=out,
             priority=entry.priority if entry else priority,
             prefix_group=None if group < 0 else group,

@@ -1,10 +1,11 @@
 """A prompt's token ids, held compactly.
 
-A run's prompts are drawn as one array (``sample_requests``); each request's ids are a read-only
-slice of it. As tuples of Python ints, 100,000 ShareGPT-like prompts would take about 800 MB;
-as slices of one int32 array they take 80 MB. A ``TokenIds`` reads as the tuple it stands for:
-it iterates, indexes and slices to Python ints (a slice is a tuple), and compares and hashes as
-that tuple, so a ``Request`` holding one equals a ``Request`` holding the tuple.
+A run's prompts are drawn as one array (``sample_requests``); each request's ids are a span of
+it (the array and the span's bounds). As tuples of Python ints, 100,000 ShareGPT-like prompts
+would take about 800 MB; as spans of one int32 array they take 80 MB. A ``TokenIds`` reads as
+the tuple it stands for: it iterates, indexes and slices to Python ints (a slice is a tuple),
+and compares and hashes as that tuple, so a ``Request`` holding one equals a ``Request``
+holding the tuple. ``spans`` hands the simulator a run's array as it is.
 """
 
 from __future__ import annotations
@@ -19,14 +20,21 @@ __all__ = ["TokenIds"]
 
 
 class TokenIds(Sequence[int]):
-    __slots__ = ("_hash", "_ids")
+    __slots__ = ("_base", "_hash", "_start", "_stop")
 
-    def __init__(self, ids: npt.NDArray[np.integer[Any]]) -> None:
-        self._ids = ids  # one-dimensional; the caller does not write to it afterwards
+    def __init__(self, base: npt.NDArray[np.integer[Any]], start: int = 0,
+                 stop: int | None = None) -> None:
+        self._base = base  # one-dimensional; nobody writes to it afterwards
+        self._start = start
+        self._stop = len(base) if stop is None else stop
         self._hash: int | None = None
 
+    @property
+    def _ids(self) -> npt.NDArray[np.integer[Any]]:
+        return self._base[self._start:self._stop]
+
     def __len__(self) -> int:
-        return len(self._ids)
+        return self._stop - self._start
 
     @overload
     def __getitem__(self, index: int) -> int: ...
@@ -63,3 +71,17 @@ class TokenIds(Sequence[int]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (TokenIds, (np.array(self._ids),))  # its own ids, not the whole run's array
+
+    @staticmethod
+    def spans(prompts: Sequence[Sequence[int]]
+              ) -> tuple[npt.NDArray[np.integer[Any]], npt.NDArray[np.int64]] | None:
+        """(the array, where each prompt starts in it) when every prompt is a ``TokenIds`` of
+        one array, so a run's prompts can be read without copying; else None."""
+        if not prompts or not all(type(p) is TokenIds for p in prompts):
+            return None
+        base = prompts[0]._base  # type: ignore[attr-defined]
+        if any(p._base is not base for p in prompts):  # type: ignore[attr-defined]
+            return None
+        starts = np.fromiter((p._start for p in prompts), np.int64,  # type: ignore[attr-defined]
+                             len(prompts))
+        return base, starts

@@ -28,6 +28,7 @@ import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
 from sweetspot.backends.sim.request import SimRequest
+from sweetspot.spec.token_ids import TokenIds
 
 __all__ = ["hash_chain", "index_prompts", "prompt_block_hashes"]
 
@@ -73,17 +74,12 @@ _CHUNK = 1 << 16  # blocks hashed at a time
 def _token_array(prompts: Sequence[Sequence[int]], lengths: npt.NDArray[np.int64]
                  ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
     """One array holding every prompt's ids, and where each prompt starts in it. Sampled
-    prompts (``TokenIds``) are slices of one array already: that one, without a copy."""
-    arrays = [np.asarray(p) for p in prompts]
-    base = arrays[0].base if arrays else None
-    if isinstance(base, np.ndarray) and base.ndim == 1 and all(
-            a.base is base and a.dtype == base.dtype and a.strides == base.strides
-            for a in arrays):
-        origin = base.__array_interface__["data"][0]
-        offsets = np.fromiter((a.__array_interface__["data"][0] for a in arrays), np.int64,
-                              len(arrays))
-        return base, (offsets - origin) // base.itemsize
-    return np.concatenate(arrays), np.cumsum(lengths) - lengths
+    prompts (``TokenIds``) are spans of one array already: that one, without a copy."""
+    spans = TokenIds.spans(prompts)
+    if spans is not None:
+        return spans
+    return (np.concatenate([np.asarray(p) for p in prompts]),
+            np.cumsum(lengths) - lengths)
 
 
 def index_prompts(reqs: Iterable[SimRequest], block_size: int) -> None:
