@@ -73,7 +73,7 @@ def test_random_lifetimes_evict_what_vllm_evicts(seed: int) -> None:
             ref.free(req["ref_blocks"] if not extra else _ref_register(ref, req, extra))
             first = len(req["blocks"])
             filled = req["hashes"][first:first + extra]
-            pool.free(req["blocks"] + pool.register(filled), req["hashes"],
+            pool.free(req["blocks"] + list(pool.register(filled)), req["hashes"],
                       req["anonymous"] - len(filled))
         else:
             stem = rng.choice(stems)
@@ -106,7 +106,7 @@ def _ref_register(ref: ReferencePool, req: dict, extra: int) -> list[int]:
 def test_without_a_prefix_cache_every_block_is_anonymous() -> None:
     pool = BlockPool(10, caching=False)
     pool.allocate(4)
-    assert pool.register([1, 2]) == [ANONYMOUS, ANONYMOUS]
+    assert list(pool.register([1, 2])) == [ANONYMOUS, ANONYMOUS]
     assert pool.lookup([1, 2], 2) == [] and pool.num_free == 6
 
 

@@ -29,6 +29,7 @@ Which anonymous block goes where is not observable, so this is vLLM's LRU order 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 
 __all__ = ["ANONYMOUS", "BlockPool"]
 
@@ -141,7 +142,7 @@ class BlockPool:
         segment.start = start
         return want
 
-    def register(self, hashes: list[int]) -> list[int]:
+    def register(self, hashes: list[int]) -> Sequence[int]:
         """Give a request's next anonymous blocks, just filled, their hashes: the ids they are
         cached under, ``ANONYMOUS`` where another block holds that hash already (first writer
         wins, as in vLLM)."""
@@ -150,7 +151,7 @@ class BlockPool:
             return [ANONYMOUS] * len(hashes)
         if cached.keys().isdisjoint(hashes):
             size, first = len(cached), len(self._home)
-            ids = list(range(first, first + len(hashes)))
+            ids = range(first, first + len(hashes))
             cached.update(zip(hashes, ids, strict=True))
             if len(cached) == size + len(hashes):
                 self._home.extend([0] * len(ids))

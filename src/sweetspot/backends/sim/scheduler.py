@@ -330,12 +330,13 @@ class Scheduler:
                 n = cfg.long_prefill_threshold
             n = min(n, budget - used)
             need = -(-(computed + n) // bs) - len(hits)
-            free = pool.num_free - pool.evictable_among(hits)
+            free = pool.num_free - pool.evictable_among(hits) if hits else pool.num_free
             if need > free or (cfg.reserve_full_isl
                                and -(-req.num_tokens // bs) - len(hits) > free):
                 break
             self.waiting.pop()
-            pool.touch(hits)
+            if hits:
+                pool.touch(hits)
             pool.allocate(need)
             req.blocks, req.n_anonymous = hits, need
             req.computed = computed
