@@ -217,7 +217,7 @@ def compute_result(
     if slos_ms:
         goodput = _rate(_count_good(t, slos_ms), duration_s)
     total_input, total_output = int(t.prompt_tokens.sum()), int(t.output_tokens.sum())
-    peak_chunks, peak_requests = _peaks(t.sent_s, t.sent_s + t.e2el_s, t.chunks_s)
+    peak_chunks, peak_requests = t.peak_chunks, t.peak_requests
     lag = np.fromiter((r.client_lag_s for r in records), float, len(records))
     lag_or_0: Any = lag if lag.size else 0
     return BenchResult(
@@ -254,9 +254,10 @@ class _Timings:
     tpot_s: np.ndarray  # outputs of more than one token only
     tpot_or_0_s: np.ndarray  # every request, 0 for a one-token output (as goodput counts it)
     itl_s: np.ndarray  # per chunk gap within a request, pooled
-    chunks_s: np.ndarray  # every chunk's time, pooled
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
+    peak_chunks: float  # most chunks in one second (``_peaks``)
+    peak_requests: int  # most requests in flight in one second
 
     @classmethod
     def of(cls, ok: Sequence[RequestRecord]) -> _Timings:
@@ -275,16 +276,33 @@ class _Timings:
         first = np.cumsum(n_chunks) - n_chunks  # index of each request's first chunk
         ttft = chunks[first] - sent
         e2el = end - sent
-        gaps = np.diff(chunks)
-        within = np.ones(gaps.size, dtype=bool)
-        within[first[1:] - 1] = False  # the gap from one request's last chunk to the next's first
+        peak_chunks, peak_requests = _peaks(sent, sent + e2el, chunks)
+        itl = _gaps_within(chunks, first)  # over ``chunks``: it is not read again
         multi = output > 1
         tpot = (e2el[multi] - ttft[multi]) / (output[multi] - 1)
         tpot_all = np.zeros(n_ok)  # one-token outputs count TPOT 0 for goodput
         tpot_all[multi] = tpot
         return cls(sent_s=sent, ttft_s=ttft, e2el_s=e2el, tpot_s=tpot, tpot_or_0_s=tpot_all,
-                   itl_s=gaps[within], chunks_s=chunks, prompt_tokens=prompt,
-                   output_tokens=output)
+                   itl_s=itl, prompt_tokens=prompt, output_tokens=output,
+                   peak_chunks=peak_chunks, peak_requests=peak_requests)
+
+
+def _gaps_within(chunks: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """``np.diff(chunks)`` less the gap from each request's last chunk to the next one's first
+    (``first``: where each request's chunks start), written over ``chunks`` itself a slice at a
+    time: 18 million chunk times would otherwise take two more arrays of their size. A slice
+    reads ``chunks[lo:hi + 1]`` and writes at or before ``lo``, so nothing is overwritten
+    before it is read."""
+    across = first[1:] - 1  # positions of the gaps between requests, ascending
+    written = 0
+    for lo in range(0, max(chunks.size - 1, 0), _PEAK_SLICE):
+        hi = min(lo + _PEAK_SLICE, chunks.size - 1)
+        gaps = chunks[lo + 1:hi + 1] - chunks[lo:hi]
+        cut = across[np.searchsorted(across, lo):np.searchsorted(across, hi)] - lo
+        kept = np.delete(gaps, cut) if cut.size else gaps
+        chunks[written:written + kept.size] = kept
+        written += kept.size
+    return chunks[:written]
 
 
 def _count_good(t: _Timings, slos_ms: Sequence[tuple[str, float]]) -> int:
