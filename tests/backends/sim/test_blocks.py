@@ -120,3 +120,20 @@ def test_block_hashes_are_equal_exactly_where_prompts_share_every_token_so_far()
     assert c[0] == a[0] and c[1] != a[1]  # a change in block 1 changes block 1's hash on
     assert d[0] != a[0] and d[1] != a[1]  # a swap in block 0 changes every later hash
     assert len(set(a + b + c + d)) == 6
+
+
+def test_a_block_no_other_request_can_hit_waits_for_its_hash_until_asked() -> None:
+    """``skip`` leaves a filled block unregistered (PENDING) unless its hash is cached already
+    (ANONYMOUS: first writer wins); ``register_pending`` registers it later, as if then."""
+    from sweetspot.backends.sim.blocks import PENDING
+
+    pool = BlockPool(8, caching=True)
+    pool.allocate(4)
+    assert list(pool.register([11])) == [0]
+    blocks = [0, *pool.skip([11, 12, 13])]
+    assert blocks == [0, ANONYMOUS, PENDING, PENDING] and pool.lookup([12], 1) == []
+    pool.register_pending(blocks, [11, 11, 12, 13])
+    assert blocks[:2] == [0, ANONYMOUS] and min(blocks[2:]) >= 0
+    assert pool.lookup([11, 12, 13], 3) == [0, blocks[2], blocks[3]]
+    pool.free(blocks, [11, 11, 12, 13], 0)
+    assert pool.num_free == 8

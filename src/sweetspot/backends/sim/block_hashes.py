@@ -30,7 +30,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from sweetspot.backends.sim.request import SimRequest
 from sweetspot.spec.token_ids import TokenIds
 
-__all__ = ["hash_chain", "index_prompts", "prompt_block_hashes"]
+__all__ = ["expect_prompts", "hash_chain", "index_prompts", "prompt_block_hashes"]
 
 U64 = npt.NDArray[np.uint64]
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -82,12 +82,30 @@ def _token_array(prompts: Sequence[Sequence[int]], lengths: npt.NDArray[np.int64
             np.cumsum(lengths) - lengths)
 
 
-def index_prompts(reqs: Iterable[SimRequest], block_size: int) -> None:
-    """Give each request its prompt's block hashes (``SimRequest.prompt_hashes``)."""
+def index_prompts(reqs: Iterable[SimRequest], block_size: int,
+                  known: dict[int, U64] | None = None) -> None:
+    """Give each request its prompt's block hashes (``SimRequest.prompt_hashes``): from
+    ``known`` (by prompt object, ``expect_prompts``) where it has them."""
     reqs = list(reqs)
-    hashes = prompt_block_hashes([r.prompt_ids for r in reqs], block_size)
-    for req, prompt_hashes in zip(reqs, hashes, strict=True):
+    known = known or {}
+    missing = [r for r in reqs if id(r.prompt_ids) not in known]
+    for req in reqs:
+        req.prompt_hashes = known.get(id(req.prompt_ids))
+    hashes = prompt_block_hashes([r.prompt_ids for r in missing], block_size) if missing else []
+    for req, prompt_hashes in zip(missing, hashes, strict=True):
         req.prompt_hashes = prompt_hashes
+
+
+def expect_prompts(prompts: Sequence[Sequence[int]], block_size: int
+                   ) -> tuple[dict[int, U64], set[int]]:
+    """Every prompt's block hashes (by prompt object), and the hashes that more than one of
+    ``prompts`` carries (a prompt sent twice appears twice): the only ones a request can find
+    that another request put in the cache."""
+    hashes = prompt_block_hashes(prompts, block_size)
+    known = {id(p): h for p, h in zip(prompts, hashes, strict=True)}
+    pooled = np.sort(np.concatenate(hashes)) if hashes else np.empty(0, dtype=np.uint64)
+    repeated = pooled[1:][pooled[1:] == pooled[:-1]]
+    return known, set(np.unique(repeated).tolist())
 
 
 def hash_chain(req: SimRequest, block_size: int, upto_blocks: int) -> list[int]:

@@ -31,9 +31,10 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 
-__all__ = ["ANONYMOUS", "BlockPool"]
+__all__ = ["ANONYMOUS", "PENDING", "BlockPool"]
 
 ANONYMOUS = -1  # a request's block that carries no hash (see the module text)
+PENDING = -2  # a request's full block not yet given its hash (``skip``): anonymous till then
 
 
 class _Segment:
@@ -167,21 +168,48 @@ class BlockPool:
         self._home.append(0)
         return block
 
+    def skip(self, hashes: list[int]) -> list[int]:
+        """Markers for a request's next blocks, just filled, whose hashes no other request
+        carries: ``ANONYMOUS`` where the hash is cached already (first writer wins, as
+        ``register`` would have found), else ``PENDING`` (``register_pending`` gives them their
+        hashes should the request be preempted and want them back)."""
+        cached = self._cached
+        if not self.caching:
+            return [ANONYMOUS] * len(hashes)
+        if cached.keys().isdisjoint(hashes):
+            return [PENDING] * len(hashes)
+        return [ANONYMOUS if h in cached else PENDING for h in hashes]
+
+    def register_pending(self, blocks: list[int], hashes: list[int]) -> None:
+        """Register the request's ``PENDING`` blocks now, in place (block i's hash is
+        ``hashes[i]``)."""
+        for i, b in enumerate(blocks):
+            if b == PENDING:
+                blocks[i] = self._register_one(hashes[i])
+
     def free(self, blocks: list[int], hashes: list[int] | None, num_anonymous: int) -> None:
-        """Drop a request's references: ``blocks`` (hashed ids or ``ANONYMOUS``; block i's hash
-        is ``hashes[i]``) followed by ``num_anonymous`` anonymous blocks. Unreferenced ones join
-        the free queue's tail, the request's last block first (vLLM frees in reverse so tails
-        are evicted before heads)."""
-        self._append_run(num_anonymous)
-        self.num_used -= num_anonymous
-        if not blocks:
+        """Drop a request's references: ``blocks`` (hashed ids, ``ANONYMOUS`` or ``PENDING``;
+        block i's hash is ``hashes[i]``) followed by ``num_anonymous`` anonymous blocks.
+        Unreferenced ones join the free queue's tail, the request's last block first (vLLM
+        frees in reverse so tails are evicted before heads)."""
+        k = len(blocks)  # hashed ids first, then blocks without a hash: the usual shape
+        if blocks and max(blocks) < 0:
+            k = 0
+        while k and blocks[k - 1] < 0:
+            k -= 1
+        tail = num_anonymous + len(blocks) - k
+        self._append_run(tail)
+        self.num_used -= tail
+        if not k:
             return
         assert hashes is not None
-        if ANONYMOUS not in blocks and self._shared.keys().isdisjoint(blocks):
+        head = blocks[:k] if k < len(blocks) else blocks
+        if min(head) >= 0 and self._shared.keys().isdisjoint(head):
             # Its own blocks, shared with nobody: all of them go, as one segment.
-            self._append_segment(blocks[::-1], hashes[len(blocks) - 1::-1])
-            self.num_used -= len(blocks)
+            self._append_segment(head[::-1], hashes[k - 1::-1])
+            self.num_used -= k
             return
+        blocks = head
         shared = self._shared
         ids: list[int] = []
         segment_hashes: list[int] = []

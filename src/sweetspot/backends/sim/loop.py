@@ -67,7 +67,7 @@ class EngineLoop:
             (SimRequest(r.request_id, r.prompt_tokens, r.output_tokens, r.priority, r.arrival_s,
                         r.prompt_token_ids, r.prefix_group) for r in requests),
             key=lambda q: (q.scheduled_s, q.rid)))
-        sched.index_prompts(self._pending)
+        sched.kv.index(self._pending)
         if self._pending:
             self._window = (self._pending[0].scheduled_s, self._pending[-1].scheduled_s)
         self._dispatch(0.0)

@@ -31,13 +31,13 @@ step. A step costs O(events), which keeps 10,000 requests well under a second.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from sweetspot.backends.sim.block_hashes import hash_chain, index_prompts
-from sweetspot.backends.sim.blocks import BlockPool
+from sweetspot.backends.sim.block_hashes import hash_chain
 from sweetspot.backends.sim.cost import StepShape
 from sweetspot.backends.sim.decode_clock import DecodeClock
+from sweetspot.backends.sim.prefix_cache import PrefixCache
 from sweetspot.backends.sim.request import DECODE, DONE, PREFILL, WAITING, SimRequest
 from sweetspot.backends.sim.request_queue import RequestQueue, request_queue
 
@@ -73,7 +73,8 @@ class StepPlan:
 class Scheduler:
     def __init__(self, cfg: SchedulerConfig, draw_emissions: Callable | None = None) -> None:
         self.cfg = cfg
-        self.pool = BlockPool(cfg.num_blocks, caching=cfg.prefix_caching)
+        self.kv = PrefixCache(cfg.block_size, cfg.num_blocks, caching=cfg.prefix_caching)
+        self.pool = self.kv.pool
         self.running: dict[SimRequest, None] = {}  # admission order
         self.prefilling: list[SimRequest] = []  # running requests with prompt left, in order
         self.waiting: RequestQueue = request_queue(cfg.priority)
@@ -107,33 +108,6 @@ class Scheduler:
     def add(self, req: SimRequest) -> None:
         self.waiting.add(req)
 
-    # -- blocks and hashes ----------------------------------------------------------------
-
-    def index_prompts(self, reqs: Iterable[SimRequest]) -> None:
-        """Hash the full prompt blocks of requests about to arrive, all at once (a prefix
-        cache only)."""
-        if self.cfg.prefix_caching:
-            index_prompts(reqs, self.cfg.block_size)
-
-    def _register(self, req: SimRequest, computed: int) -> None:
-        """Put the request's full blocks into the cache map (vLLM does it as blocks fill)."""
-        if not self.cfg.prefix_caching:
-            return
-        first = len(req.blocks)
-        full = min(computed // self.cfg.block_size, first + req.n_anonymous)
-        if full <= first:
-            return
-        hashes = hash_chain(req, self.cfg.block_size, full)
-        req.blocks.extend(self.pool.register(hashes[first:full]))
-        req.n_anonymous -= full - first
-
-    def _free(self, req: SimRequest, computed: int, *, keep_outputs: bool) -> None:
-        """Release the request's blocks. A preempted request's output blocks stay findable
-        for its own resumption; a finished one's can never be hit again, so they go unhashed."""
-        self._register(req, computed if keep_outputs else min(computed, req.prompt_len))
-        self.pool.free(req.blocks, req.hashes, req.n_anonymous)
-        req.blocks, req.n_anonymous = [], 0
-
     # -- preemption -------------------------------------------------------------------------
 
     def _victim(self) -> SimRequest:
@@ -154,7 +128,7 @@ class Scheduler:
         else:
             computed = req.computed
             self.prefilling.remove(req)
-        self._free(req, computed, keep_outputs=True)
+        self.kv.release(req, computed, keep_outputs=True)
         req.computed = 0
         req.state = WAITING
         req.epoch += 1
@@ -368,7 +342,7 @@ class Scheduler:
             if req.state != PREFILL:
                 continue
             req.computed += n
-            self._register(req, min(req.computed, req.prompt_len))
+            self.kv.register(req, min(req.computed, req.prompt_len))
             if req.computed < req.prompt_len + req.generated:  # num_tokens, inlined
                 continue
             self.prefilling.remove(req)
@@ -383,7 +357,7 @@ class Scheduler:
 
     def _retire(self, req: SimRequest, computed: int) -> None:
         del self.running[req]
-        self._free(req, computed, keep_outputs=False)
+        self.kv.release(req, computed, keep_outputs=False)
         req.state = DONE
         req.hashes = req.prompt_hashes = None  # the cache map holds what is still needed
         self.finished.append(req)

@@ -238,7 +238,10 @@ def _run(setup: SimSetup, started: SimStart, requests: Sequence[Request], model:
                      max_model_len=config.max_model_len, max_concurrency=limit, trace=keep_trace,
                      offline=setup.offline)
 
-    if warmup and requests:
+    warmups = warmup if requests else 0
+    scheduler.kv.expect([requests[0].prompt_token_ids] * warmups
+                        + [r.prompt_token_ids for r in requests])
+    if warmups:
         first = dataclasses.replace(requests[0], arrival_s=0.0)
         new_loop(1, False).run([dataclasses.replace(first, request_id=-1 - i)
                                 for i in range(warmup)])
