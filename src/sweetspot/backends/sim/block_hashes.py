@@ -83,29 +83,41 @@ def _token_array(prompts: Sequence[Sequence[int]], lengths: npt.NDArray[np.int64
 
 
 def index_prompts(reqs: Iterable[SimRequest], block_size: int,
-                  known: dict[int, U64] | None = None) -> None:
-    """Give each request its prompt's block hashes (``SimRequest.prompt_hashes``): from
-    ``known`` (by prompt object, ``expect_prompts``) where it has them."""
+                  known: dict[int, tuple[U64, int]] | None = None) -> None:
+    """Give each request its prompt's block hashes (``SimRequest.prompt_hashes``) and how many
+    of them lead with a hash another prompt carries (``n_shared``): from ``known`` (by prompt
+    object, ``expect_prompts``) where it has them; a prompt it lacks counts as all shared."""
     reqs = list(reqs)
     known = known or {}
-    missing = [r for r in reqs if id(r.prompt_ids) not in known]
+    missing = []
     for req in reqs:
-        req.prompt_hashes = known.get(id(req.prompt_ids))
+        entry = known.get(id(req.prompt_ids))
+        if entry is None:
+            missing.append(req)
+        else:
+            req.prompt_hashes, req.n_shared = entry
     hashes = prompt_block_hashes([r.prompt_ids for r in missing], block_size) if missing else []
     for req, prompt_hashes in zip(missing, hashes, strict=True):
-        req.prompt_hashes = prompt_hashes
+        req.prompt_hashes, req.n_shared = prompt_hashes, len(prompt_hashes)
 
 
 def expect_prompts(prompts: Sequence[Sequence[int]], block_size: int
-                   ) -> tuple[dict[int, U64], set[int]]:
-    """Every prompt's block hashes (by prompt object), and the hashes that more than one of
-    ``prompts`` carries (a prompt sent twice appears twice): the only ones a request can find
-    that another request put in the cache."""
+                   ) -> tuple[dict[int, tuple[U64, int]], set[int]]:
+    """Every prompt's block hashes with how many of them lead with a shared hash (by prompt
+    object), and the shared hashes: those more than one of ``prompts`` carries (a prompt sent
+    twice appears twice), the only ones a request can find that another put in the cache."""
     hashes = prompt_block_hashes(prompts, block_size)
-    known = {id(p): h for p, h in zip(prompts, hashes, strict=True)}
-    pooled = np.sort(np.concatenate(hashes)) if hashes else np.empty(0, dtype=np.uint64)
-    repeated = pooled[1:][pooled[1:] == pooled[:-1]]
-    return known, set(np.unique(repeated).tolist())
+    pooled = np.concatenate(hashes) if hashes else np.empty(0, dtype=np.uint64)
+    ordered = np.sort(pooled)
+    repeated = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+    # Leading shared blocks per prompt: up to its first block with a hash of its own.
+    sizes = np.fromiter((len(h) for h in hashes), np.int64, len(hashes))
+    starts = np.cumsum(sizes) - sizes
+    own = np.flatnonzero(~np.isin(pooled, repeated))
+    first_own = np.append(own, len(pooled))[np.searchsorted(own, starts)]
+    leading = np.minimum(first_own - starts, sizes).tolist()
+    known = {id(p): (h, n) for p, h, n in zip(prompts, hashes, leading, strict=True)}
+    return known, set(repeated.tolist())
 
 
 def hash_chain(req: SimRequest, block_size: int, upto_blocks: int) -> list[int]:

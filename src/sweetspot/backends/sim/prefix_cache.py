@@ -32,7 +32,7 @@ class PrefixCache:
         self.pool = BlockPool(num_blocks, caching=caching)
         # From ``expect``: every expected prompt's block hashes (by prompt object), and the
         # hashes more than one prompt carries (None: not known, so every block is registered).
-        self._known: dict[int, np.ndarray] = {}
+        self._known: dict[int, tuple[np.ndarray, int]] = {}
         self._shared: set[int] | None = None
 
     def expect(self, prompts: Sequence[Sequence[int]]) -> None:
@@ -58,12 +58,18 @@ class PrefixCache:
             return
         first = len(req.blocks)
         full = min(computed // self.block_size, first + req.n_anonymous)
-        if all_of_them and req.hashes is not None and PENDING in req.blocks:
-            self.pool.register_pending(req.blocks, req.hashes)
+        if all_of_them and PENDING in req.blocks:
+            self.pool.register_pending(req.blocks, hash_chain(req, self.block_size, first))
         if full <= first:
             return
-        hashes = hash_chain(req, self.block_size, full)[first:full]
         shared = self._shared
+        if not all_of_them and shared is not None and first >= req.n_shared \
+                and not req.preemptions:
+            # Hashes of its own only, none of them cached: it never registered any.
+            req.blocks.extend([PENDING] * (full - first))
+            req.n_anonymous -= full - first
+            return
+        hashes = hash_chain(req, self.block_size, full)[first:full]
         if all_of_them or shared is None:
             req.blocks.extend(self.pool.register(hashes))
         else:
@@ -74,6 +80,11 @@ class PrefixCache:
                 req.blocks.extend(self.pool.register(hashes[:common]))
             req.blocks.extend(self.pool.skip(hashes[common:]))
         req.n_anonymous -= full - first
+
+    def may_hit(self, req: SimRequest) -> bool:
+        """Whether a lookup of the request's blocks can find anything: not when its first
+        block's hash is its own and it was never preempted (nothing holds that hash)."""
+        return self._shared is None or req.n_shared > 0 or req.preemptions > 0
 
     def release(self, req: SimRequest, computed: int, *, keep_outputs: bool) -> None:
         """Release the request's blocks. A preempted request's blocks, outputs included, stay

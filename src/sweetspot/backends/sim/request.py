@@ -36,6 +36,7 @@ class SimRequest:
     blocks: list[int] = field(default_factory=list)
     n_anonymous: int = 0
     prompt_hashes: np.ndarray | None = None  # its prompt's full-block hashes (block_hashes)
+    n_shared: int = 0  # leading prompt blocks whose hash another request carries too
     hashes: list[int] | None = None  # full-block hash chain (prompt, then its own outputs)
     state: int = WAITING
     epoch: int = 0  # bumped on preemption: stale bucket entries are skipped

@@ -293,7 +293,8 @@ class Scheduler:
             if cfg.prefix_caching and req.computed == 0:
                 # Never the whole prompt: the last token is recomputed to get logits.
                 max_blocks = (req.num_tokens - 1) // bs
-                hits = pool.lookup(hash_chain(req, bs, max_blocks), max_blocks)
+                if self.kv.may_hit(req):
+                    hits = pool.lookup(hash_chain(req, bs, max_blocks), max_blocks)
                 self.prefix_queries += req.num_tokens
                 self.prefix_hits += len(hits) * bs
             computed = len(hits) * bs if hits else req.computed
