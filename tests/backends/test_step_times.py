@@ -20,7 +20,8 @@ def test_reads_compares_hashes_and_pickles_as_its_tuple() -> None:
     plain = (0.25, *STEPS[3:9].tolist())
     assert len(times) == 7 and tuple(times) == plain and list(times) == list(plain)
     assert times == plain and plain == times and hash(times) == hash(plain)
-    assert times[0] == 0.25 and times[-1] == plain[-1] and times[1:3] == plain[1:3]
+    assert times[0] == 0.25 and times[-1] == plain[-1] == times.last
+    assert times[1:3] == plain[1:3] and StepTimes(0.5, STEPS, 4, 4).last == 0.5
     assert all(type(t) is float for t in times)
     with pytest.raises(IndexError):
         times[7]

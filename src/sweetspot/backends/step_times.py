@@ -50,6 +50,11 @@ class StepTimes(Sequence[float]):
         index %= n
         return self._first if index == 0 else float(self._steps[self._start + index - 1])
 
+    @property
+    def last(self) -> float:
+        """``self[-1]``, without the indexing's checks."""
+        return float(self._steps[self._stop - 1]) if self._stop > self._start else self._first
+
     def __iter__(self) -> Iterator[float]:
         return chain((self._first,), self._steps[self._start:self._stop].tolist())
 

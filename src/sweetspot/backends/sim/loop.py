@@ -171,8 +171,9 @@ class EngineLoop:
                     req.priority, req.prefix_group, req.error, req.slot_wait_s))
                 continue
             times, tokens = self._token_times(req, dtimes)
+            end = times.last if isinstance(times, StepTimes) else times[-1]
             records.append(RequestRecord(
-                req.rid, req.scheduled_s, req.sent_s, times, times[-1], req.prompt_len,
+                req.rid, req.scheduled_s, req.sent_s, times, end, req.prompt_len,
                 tokens, req.priority, req.prefix_group, None, req.slot_wait_s))
         return tuple(records)
 

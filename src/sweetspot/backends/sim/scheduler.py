@@ -256,7 +256,9 @@ class Scheduler:
             return
         due = dstep + self.cfg.block_size
         later = self.clock.need.setdefault(due, [])
-        total = sum([e[2] for e in entries])
+        # One block each without speculation (``DecodeClock.start``).
+        total = len(entries) if self.clock.draw_emissions is None else sum(
+            [e[2] for e in entries])
         if total <= self.pool.num_free:  # the common case: no preemption, one allocation
             self.pool.allocate(total)
             for entry in entries:
