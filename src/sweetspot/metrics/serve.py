@@ -334,8 +334,9 @@ def _peaks(sent: np.ndarray, ends: np.ndarray, chunks: np.ndarray) -> tuple[floa
     per_bucket = np.zeros(n_buckets, dtype=np.int64)
     for lo in range(0, chunks.size, _PEAK_SLICE):  # a slice at a time: small temporaries
         bucket = (chunks[lo:lo + _PEAK_SLICE] - t0).astype(np.int64)
-        per_bucket += np.bincount(bucket[(bucket >= 0) & (bucket < n_buckets)],
-                                  minlength=n_buckets)
+        if bucket.min() < 0 or bucket.max() >= n_buckets:  # chunks outside the window
+            bucket = bucket[(bucket >= 0) & (bucket < n_buckets)]
+        per_bucket += np.bincount(bucket, minlength=n_buckets)
     opened = np.bincount((sent - t0).astype(np.int64), minlength=n_buckets + 1)
     closed = np.bincount((ends - t0).astype(np.int64) + 1, minlength=n_buckets + 1)
     active = np.cumsum(opened - closed)[:n_buckets]
