@@ -22,6 +22,36 @@ __all__ = ["MAX_STEPS", "EngineLoop"]
 MAX_STEPS = 5_000_000  # a guard against a scheduler that stops making progress
 
 
+class _Arrivals:
+    """Requests sent but not yet at the engine, taken in (engine arrival, rid) order. The API
+    server takes them one at a time, so they nearly always arrive in the order they are pushed:
+    a deque serves them then, and a push out of order turns it into a heap (the order taken is
+    the same either way: keys are unique)."""
+
+    def __init__(self) -> None:
+        self._queue: deque[tuple[float, int, SimRequest]] = deque()
+        self._heap: list[tuple[float, int, SimRequest]] | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self._queue if self._heap is None else self._heap)
+
+    def push(self, req: SimRequest) -> None:
+        key = (req.arrival_s, req.rid, req)
+        if self._heap is not None:
+            heapq.heappush(self._heap, key)
+        elif not self._queue or key[:2] >= self._queue[-1][:2]:
+            self._queue.append(key)
+        else:
+            self._heap = list(self._queue)  # sorted: already a heap
+            heapq.heappush(self._heap, key)
+
+    def first_s(self) -> float:
+        return self._queue[0][0] if self._heap is None else self._heap[0][0]
+
+    def pop(self) -> SimRequest:
+        return self._queue.popleft()[2] if self._heap is None else heapq.heappop(self._heap)[2]
+
+
 class EngineLoop:
     """The engine's main loop on a simulated clock, with the client's sends around it. A loop
     runs once: its counters, decode times and queues are that run's."""
@@ -52,7 +82,7 @@ class EngineLoop:
         # The client's side of one run: requests not yet sent (a concurrency limit holds them),
         # those sent but not yet at the engine by (engine arrival, rid), and how many are out.
         self._pending: deque[SimRequest] = deque()
-        self._upcoming: list[tuple[float, int, SimRequest]] = []
+        self._upcoming = _Arrivals()
         self._inflight = 0
         self._rejected: list[SimRequest] = []  # longer than max_model_len: refused on arrival
 
@@ -77,7 +107,7 @@ class EngineLoop:
             if not sched.has_work:
                 if not self._upcoming:
                     break
-                t = self._upcoming[0][0]
+                t = self._upcoming.first_s()
                 continue
             t = self._step(t)
             if self.steps > MAX_STEPS:
@@ -104,7 +134,7 @@ class EngineLoop:
             start = max(req.sent_s + self.half_latency, self._intake_free)
             req.arrival_s = self._intake_free = start + self.intake_s
             self._inflight += 1
-            heapq.heappush(self._upcoming, (req.arrival_s, req.rid, req))
+            self._upcoming.push(req)
 
     def _release(self, at: float) -> None:
         """A request's answer reached the client at ``at``: its slot sends the next one."""
@@ -114,8 +144,8 @@ class EngineLoop:
     def _admit(self, t: float) -> None:
         """Hand the scheduler every request that reached the engine by ``t``; one longer than
         max_model_len is refused at once, with vLLM's HTTP 400."""
-        while self._upcoming and self._upcoming[0][0] <= t:
-            _, _, req = heapq.heappop(self._upcoming)
+        while self._upcoming and self._upcoming.first_s() <= t:
+            req = self._upcoming.pop()
             if req.prompt_len + req.output_len > self.max_model_len:
                 req.error = (
                     f"HTTP 400: This model's maximum context length is {self.max_model_len}"

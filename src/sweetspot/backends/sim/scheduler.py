@@ -261,11 +261,15 @@ class Scheduler:
             [e[2] for e in entries])
         if total <= self.pool.num_free:  # the common case: no preemption, one allocation
             self.pool.allocate(total)
+            if self.clock.draw_emissions is None:  # each is (req, epoch, 1): due again later
+                for entry in entries:
+                    req = entry[0]
+                    req.n_anonymous += 1
+                    if due < req.dec_end:
+                        later.append(entry)
+                return
             for entry in entries:
-                req = entry[0]
-                req.n_anonymous += entry[2]
-                if req.dec_emit is None and due < req.dec_end:
-                    later.append((req, entry[1], 1))
+                entry[0].n_anonymous += entry[2]
             return
         entries.sort(key=lambda e: e[0].admit_seq)
         granted = []
