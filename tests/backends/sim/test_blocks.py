@@ -103,6 +103,13 @@ def _ref_register(ref: ReferencePool, req: dict, extra: int) -> list[int]:
     return req["ref_blocks"]
 
 
+def test_a_hash_twice_among_new_blocks_is_registered_once() -> None:
+    pool = BlockPool(8, caching=True)
+    pool.allocate(3)
+    assert list(pool.register([5, 6, 5])) == [0, 1, ANONYMOUS]
+    assert pool.lookup([5, 6], 2) == [0, 1]
+
+
 def test_without_a_prefix_cache_every_block_is_anonymous() -> None:
     pool = BlockPool(10, caching=False)
     pool.allocate(4)

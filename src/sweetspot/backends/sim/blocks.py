@@ -19,9 +19,12 @@ How it is kept, at a cost per request and per run of blocks rather than per bloc
   and hashes, in queue order). A cache hit on a free block leaves its id in the segment as a
   stale entry (``_home`` no longer names the segment) rather than cutting the segment; eviction
   skips stale ids. A segment without stale ids is evicted a slice at a time.
-- Reference counts are kept only where a block has more than one reference (``_shared``): a
+- Reference counts are kept only where a block has more than one reference (``_multi_refs``): a
   hashed block is free when it has a home segment, else referenced once unless shared, so a
   request freeing blocks nobody else holds moves them to the queue without visiting each.
+
+- A request's full block may also wait for its hash (``PENDING``, ``skip``: the prefix cache
+  decides which, ``prefix_cache``); here it is anonymous until ``register_pending``.
 
 Which anonymous block goes where is not observable, so this is vLLM's LRU order exactly.
 """
@@ -58,7 +61,7 @@ class BlockPool:
         # Hashed block id -> queue key of its segment while it is free, 0 while referenced
         # (an evicted block keeps its last key: nothing asks about it again).
         self._home: list[int] = []
-        self._shared: dict[int, int] = {}  # hashed block with several references -> how many
+        self._multi_refs: dict[int, int] = {}  # hashed block with several references -> how many
         self._cached: dict[int, int] = {}  # block hash -> hashed block id
         self.num_used = 0  # blocks referenced by at least one request
         self.peak_used = 0
@@ -88,7 +91,7 @@ class BlockPool:
 
     def touch(self, blocks: list[int]) -> None:
         """Take a reference on cache-hit blocks."""
-        home, shared, free = self._home, self._shared, self._free
+        home, shared, free = self._home, self._multi_refs, self._free
         for b in blocks:
             key = home[b]
             if not key:
@@ -158,7 +161,7 @@ class BlockPool:
                 self._home.extend([0] * len(ids))
                 return ids
             for h in hashes:  # a hash twice in the list (a collision): one at a time
-                del cached[h]
+                cached.pop(h, None)
         return [self._register_one(h) for h in hashes]
 
     def _register_one(self, block_hash: int) -> int:
@@ -204,13 +207,13 @@ class BlockPool:
             return
         assert hashes is not None
         head = blocks[:k] if k < len(blocks) else blocks
-        if min(head) >= 0 and self._shared.keys().isdisjoint(head):
+        if min(head) >= 0 and self._multi_refs.keys().isdisjoint(head):
             # Its own blocks, shared with nobody: all of them go, as one segment.
             self._append_segment(head[::-1], hashes[k - 1::-1])
             self.num_used -= k
             return
         blocks = head
-        shared = self._shared
+        shared = self._multi_refs
         ids: list[int] = []
         segment_hashes: list[int] = []
         for i in range(len(blocks) - 1, -1, -1):
