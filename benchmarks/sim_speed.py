@@ -17,8 +17,15 @@ Three tables:
   request and per step, and the exponent b of CPU per step ~ mean batch^b (1 = a constant cost
   per request in the batch).
 
+A fourth, ``whole process``, times the command a user runs, ``sweetspot simulate --gpu h100
+--model llama-3.1-8b --workload <ShareGPT-like YAML> --num-requests N`` (rate inf), each in a
+fresh interpreter: wall time and CPU time (user + system) of the child, best of
+``--process-repeats``, and its peak RSS (``os.wait4``'s ``ru_maxrss``, the largest of the runs).
+One untimed run first writes the bytecode caches, as an installed package has them.
+
 Usage: python benchmarks/sim_speed.py [--repeats 3] [--counts 2500,5000,10000,20000,40000]
-[--batches 16,64,256,1024]
+[--batches 16,64,256,1024] [--process-counts 10000,100000] [--process-repeats 5]
+[--only-process]
 """
 
 from __future__ import annotations
@@ -28,6 +35,9 @@ import datetime
 import gc
 import os
 import platform
+import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -173,6 +183,54 @@ def by_batch(batches: list[int], repeats: int) -> str:
     return f"{table}\n\nFitted exponent b in CPU µs / step ~ mean batch^b: {b:.2f}"
 
 
+# The ShareGPT-like workload of the timed command (lognormal lengths, means ~200 in / ~180 out).
+SHAREGPT_YAML = """name: sharegpt-like
+prompt: {kind: lognormal, median: 127.4, sigma: 1.0, min: 4, max: 1024}
+output: {kind: lognormal, median: 127.2, sigma: 0.85, min: 4, max: 1024}
+arrival: {process: inf}
+"""
+
+
+@dataclass(frozen=True)
+class ProcessRun:
+    wall_s: float
+    cpu_s: float  # user + system of the child
+    peak_rss_mb: float
+
+
+def _run_process(command: list[str], env: dict[str, str]) -> ProcessRun:
+    """One child, waited for with ``os.wait4`` so its own rusage comes back."""
+    start = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise SystemExit(f"{' '.join(command)} failed: {child.stderr.read().decode()[-500:]}")
+    child.stderr.close()
+    return ProcessRun(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+
+
+def whole_process(counts: list[int], repeats: int) -> str:
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package has its bytecode cached
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        workload = os.path.join(tmp, "sharegpt-like.yaml")
+        with open(workload, "w") as f:
+            f.write(SHAREGPT_YAML)
+        for n in counts:
+            command = [sys.executable, "-m", "sweetspot.cli", "simulate", "--gpu", "h100",
+                       "--model", "llama-3.1-8b", "--workload", workload,
+                       "--num-requests", str(n)]
+            _run_process(command, env)  # bytecode caches written, files in the page cache
+            runs = [_run_process(command, env) for _ in range(repeats)]
+            rows.append([f"{n:,}", f"{min(r.wall_s for r in runs):.2f}",
+                         f"{min(r.cpu_s for r in runs):.2f}",
+                         f"{max(r.peak_rss_mb for r in runs):.0f}"])
+    return _table(["requests", "wall s (best)", "CPU s (best)", "peak RSS MB"], rows)
+
+
 def _ints(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part]
 
@@ -184,8 +242,19 @@ def main() -> None:
                         help="request counts for the scaling table (comma-separated)")
     parser.add_argument("--batches", type=_ints, default=[16, 64, 256, 1024],
                         help="max_num_seqs values for the batch table (comma-separated)")
+    parser.add_argument("--process-counts", type=_ints, default=[10_000, 100_000],
+                        help="request counts for the whole-process table (comma-separated)")
+    parser.add_argument("--process-repeats", type=int, default=5,
+                        help="whole-process runs per count; the best wall and CPU are kept")
+    parser.add_argument("--only-process", action="store_true",
+                        help="only the whole-process table")
     args = parser.parse_args()
     print(_machine_line())
+    print(f"\nWhole process: `sweetspot simulate` of ShareGPT-like requests, rate inf, "
+          f"Llama-3.1-8B on H100 (default vLLM), best of {args.process_repeats}\n")
+    print(whole_process(args.process_counts, args.process_repeats))
+    if args.only_process:
+        return
     print(f"\nHeadline: {HEADLINE_N:,} ShareGPT-like requests ({MEAN_IN} in / {MEAN_OUT} out), "
           f"rate inf, Llama-3.1-8B on H100, vLLM {VERSION}, best of {args.repeats}\n")
     print(headline(args.repeats))

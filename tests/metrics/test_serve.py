@@ -3,6 +3,7 @@ import math
 import random
 import statistics
 
+import numpy as np
 import pytest
 
 import sweetspot.metrics
@@ -280,3 +281,18 @@ def test_public_names_are_exported_and_sorted():
     classes = [n for n in names if n[0].isupper() and not n.isupper()]
     functions = [n for n in names if n[0].islower()]
     assert names == sorted(constants) + sorted(classes) + sorted(functions)
+
+
+@pytest.mark.parametrize("slice_size", [1, 3, 7, 1 << 20])
+def test_itls_are_computed_in_place_as_the_gaps_within_requests(monkeypatch, slice_size):
+    from sweetspot.metrics import serve
+
+    monkeypatch.setattr(serve, "_PEAK_SLICE", slice_size)
+    rng = np.random.default_rng(5)
+    counts = rng.integers(1, 6, size=40)
+    chunks = np.cumsum(rng.random(int(counts.sum())))
+    first = np.cumsum(counts) - counts
+    within = np.ones(chunks.size - 1, dtype=bool)
+    within[first[1:] - 1] = False
+    expected = np.diff(chunks)[within]
+    assert np.array_equal(serve._gaps_within(chunks.copy(), first), expected)

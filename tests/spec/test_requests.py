@@ -79,3 +79,22 @@ def test_priority_classes_follow_their_shares():
     requests = sample_requests(spec(priorities=classes), 2000)
     share = np.mean([r.priority == 5 for r in requests])
     assert share == pytest.approx(0.75, abs=0.04)
+
+
+def test_prompt_ids_read_as_the_tuple_they_stand_for():
+    """Sampled prompts are slices of one array (``TokenIds``); a request holding one equals,
+    hashes and pickles as a request holding the tuple."""
+    import dataclasses
+    import pickle
+
+    (first, second) = sample_requests(spec(), 2, seed=3, vocab_size=4096)
+    ids = first.prompt_token_ids
+    as_tuple = tuple(ids)
+    assert len(ids) == 100 and all(type(i) is int for i in ids)
+    assert ids == as_tuple and as_tuple == ids and hash(ids) == hash(as_tuple)
+    assert ids[:5] == as_tuple[:5] and ids[-1] == as_tuple[-1]
+    assert ids != second.prompt_token_ids
+    plain = dataclasses.replace(first, prompt_token_ids=as_tuple)
+    assert plain == first and hash(plain) == hash(first)
+    again = pickle.loads(pickle.dumps(first))
+    assert again == first and list(again.prompt_token_ids) == list(as_tuple)

@@ -9,6 +9,7 @@ compared request by request; ``sweetspot.metrics`` turns a list of them into the
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = ["RequestRecord"]
@@ -19,7 +20,9 @@ class RequestRecord:
     request_id: int
     scheduled_s: float  # when the workload meant it to be sent
     sent_s: float  # when the POST actually went out (timer start, as vLLM's client)
-    chunk_times_s: tuple[float, ...]  # arrival of each streamed message carrying choices
+    # Arrival of each streamed message carrying choices: a tuple, or from the simulator a
+    # ``StepTimes`` (reads, compares and hashes as that tuple).
+    chunk_times_s: Sequence[float]
     end_s: float | None  # end of the response (last message with choices); None if failed
     prompt_tokens: int
     output_tokens: int  # usage.completion_tokens (falls back to the chunk count)

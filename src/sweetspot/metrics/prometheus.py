@@ -23,7 +23,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
-from prometheus_client.parser import text_string_to_metric_families
 
 from sweetspot._errors import SweetspotError
 from sweetspot.engine.releases import (
@@ -131,6 +130,10 @@ class MetricsSnapshot:
 
 def parse_metrics(text: str) -> MetricsSnapshot:
     """Parse Prometheus text exposition; anything else raises a one-line ``SweetspotError``."""
+    # Imported here: the client library takes ~40 ms to import, and most commands (simulate
+    # among them) never parse a server's metrics.
+    from prometheus_client.parser import text_string_to_metric_families
+
     counters: dict[str, float] = defaultdict(float)
     gauges: dict[str, float] = defaultdict(float)
     peaks: dict[str, float] = {}

@@ -4,7 +4,8 @@ Prompts are token-id lists, so their lengths are exact whatever the server's tok
 drawn from ``[FIRST_TOKEN_ID, vocab_size)``, which avoids the special tokens every catalog model
 keeps at the very start or end of its vocabulary. Requests of one shared-prefix group start with
 the same ``prefix.length`` ids; the rest of every prompt is drawn per request, so two prompts
-never share more than their group's prefix.
+never share more than their group's prefix. A run's ids are drawn as one array and each request
+holds a read-only slice of it (``TokenIds``, which reads as the tuple it stands for).
 
 Arrival times follow ``vllm bench serve``: gaps ~ Gamma(shape=burstiness, scale=1/(rate x
 burstiness)) (burstiness 1 is Poisson), ``constant`` spaces them evenly, ``inf`` and ``closed``
@@ -14,15 +15,18 @@ recorded timestamps.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from sweetspot._errors import SweetspotError
+from sweetspot.spec.token_ids import TokenIds
 from sweetspot.spec.workload import WorkloadSpec
 
-__all__ = ["FIRST_TOKEN_ID", "Request", "arrival_times", "sample_requests"]
+__all__ = ["FIRST_TOKEN_ID", "Request", "TokenIds", "arrival_times", "sample_requests"]
 
 FIRST_TOKEN_ID = 10
 # Token ids below this are valid in every catalog model's vocabulary (the smallest is 32,000).
@@ -33,7 +37,7 @@ DEFAULT_VOCAB_SIZE = 32_000
 class Request:
     request_id: int
     arrival_s: float  # scheduled send time from the run's start
-    prompt_token_ids: tuple[int, ...]
+    prompt_token_ids: Sequence[int]  # a tuple, or a sampled run's TokenIds
     output_tokens: int  # sent as max_tokens with ignore_eos, so the output has this length
     priority: int = 0
     prefix_group: int | None = None
@@ -93,31 +97,57 @@ def sample_requests(
     rng_arrival, rng_ids, rng_group, rng_priority = (
         np.random.default_rng([seed, k]) for k in range(4))
     times = arrival_times(spec, n, rng_arrival)
-    prefixes = [
-        tuple(np.random.default_rng([seed, 100, g]).integers(
-            FIRST_TOKEN_ID, vocab_size, size=spec.prefix.length).tolist())
-        for g in range(spec.prefix.num_prefixes)
-    ] if spec.prefix.length else []
     groups = rng_group.integers(0, max(spec.prefix.num_prefixes, 1), size=n)
     priorities = _priorities(spec, n, rng_priority)
+    ids = _prompt_ids(spec, prompt_lens, has_prefix, groups, rng_ids, seed, vocab_size)
+    bounds = np.concatenate(([0], np.cumsum(prompt_lens))).tolist()
+    group_of = np.where(has_prefix, groups, -1).tolist()
+    trace = spec.trace
     requests = []
-    for i in range(n):
-        entry = spec.trace[i % len(spec.trace)] if spec.trace else None
-        unique = int(prompt_lens[i]) - (spec.prefix.length if has_prefix[i] else 0)
-        ids = rng_ids.integers(FIRST_TOKEN_ID, vocab_size, size=unique).tolist()
-        group = int(groups[i]) if has_prefix[i] else None
-        if group is not None:
-            ids = list(prefixes[group]) + ids
+    for i, (at, out, priority, group) in enumerate(zip(
+            times.tolist(), output_lens.tolist(), priorities.tolist(), group_of, strict=True)):
+        entry = trace[i % len(trace)] if trace else None
         requests.append(Request(
             request_id=i,
-            arrival_s=float(times[i]),
-            prompt_token_ids=tuple(ids),
-            output_tokens=int(output_lens[i]),
-            priority=entry.priority if entry else int(priorities[i]),
-            prefix_group=group,
+            arrival_s=at,
+            prompt_token_ids=TokenIds(ids, bounds[i], bounds[i + 1]),
+            output_tokens=out,
+            priority=entry.priority if entry else priority,
+            prefix_group=None if group < 0 else group,
             prompt_text=entry.prompt_text if entry else None,
         ))
     return requests
+
+
+def _prompt_ids(spec: WorkloadSpec, prompt_lens: npt.NDArray[np.int64],
+                has_prefix: npt.NDArray[np.bool_], groups: npt.NDArray[np.int64],
+                rng: np.random.Generator, seed: int, vocab_size: int
+                ) -> npt.NDArray[np.integer[Any]]:
+    """Every prompt's ids, end to end: a group's shared prefix where the request carries one,
+    then its own ids, drawn request after request from ``rng`` (one draw for all of them gives
+    the same ids as one draw per request, and int32 draws equal int64 ones)."""
+    prefix_len = spec.prefix.length
+    dtype = np.int32 if vocab_size <= 2**31 else np.int64
+    own = prompt_lens - np.where(has_prefix, prefix_len, 0)
+    own_ids = rng.integers(FIRST_TOKEN_ID, vocab_size, size=int(own.sum()), dtype=dtype)
+    if not prefix_len or not has_prefix.any():
+        ids: npt.NDArray[np.integer[Any]] = own_ids
+    else:
+        prefixes = np.array([
+            np.random.default_rng([seed, 100, g]).integers(
+                FIRST_TOKEN_ID, vocab_size, size=prefix_len, dtype=dtype)
+            for g in range(spec.prefix.num_prefixes)])
+        carriers = np.flatnonzero(has_prefix)
+        starts = np.cumsum(prompt_lens) - prompt_lens
+        column = np.tile(np.arange(prefix_len), len(carriers))
+        at = np.repeat(starts[carriers], prefix_len) + column  # where the prefixes go
+        ids = np.empty(int(prompt_lens.sum()), dtype=dtype)
+        ids[at] = prefixes[np.repeat(groups[carriers], prefix_len), column]
+        own_place = np.ones(len(ids), dtype=bool)
+        own_place[at] = False
+        ids[own_place] = own_ids  # in order: each request's own ids after its prefix
+    ids.flags.writeable = False
+    return ids
 
 
 def _priorities(spec: WorkloadSpec, n: int, rng: np.random.Generator

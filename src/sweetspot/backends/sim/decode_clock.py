@@ -36,6 +36,7 @@ class DecodeClock:
         start = self.dnext
         req.state, req.dec_start = DECODE, start
         req.dec_computed, req.dec_generated = computed, req.generated
+        req.dec_end = start + remaining
         bs, k = self.block_size, self.spec_tokens
         if self.draw_emissions is None:
             req.dec_emit = req.dec_cum = None
@@ -52,7 +53,7 @@ class DecodeClock:
             req.dec_rate = remaining / steps
             # Step j verifies 1 + k tokens after the cum[j-1] accepted before it.
             needed = -(-(computed + (cum - emit) + 1 + k) // bs)
-            held = len(req.blocks)
+            held = req.num_blocks
             for j in range(steps):
                 n = int(needed[j]) - held
                 if n > 0:

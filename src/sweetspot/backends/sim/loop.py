@@ -15,11 +15,42 @@ from sweetspot.backends.sim.cost import StepShape, StepTimeModel
 from sweetspot.backends.sim.frontend import CHAT_INTAKE_S, ApiServer
 from sweetspot.backends.sim.request import SimRequest
 from sweetspot.backends.sim.scheduler import Scheduler
+from sweetspot.backends.step_times import StepTimes
 from sweetspot.spec.requests import Request
 
 __all__ = ["MAX_STEPS", "EngineLoop"]
 
 MAX_STEPS = 5_000_000  # a guard against a scheduler that stops making progress
+
+
+class _Arrivals:
+    """Requests sent but not yet at the engine, taken in (engine arrival, rid) order. The API
+    server takes them one at a time, so they nearly always arrive in the order they are pushed:
+    a deque serves them then, and a push out of order turns it into a heap (the order taken is
+    the same either way: keys are unique)."""
+
+    def __init__(self) -> None:
+        self._queue: deque[tuple[float, int, SimRequest]] = deque()
+        self._heap: list[tuple[float, int, SimRequest]] | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self._queue if self._heap is None else self._heap)
+
+    def push(self, req: SimRequest) -> None:
+        key = (req.arrival_s, req.rid, req)
+        if self._heap is not None:
+            heapq.heappush(self._heap, key)
+        elif not self._queue or key[:2] >= self._queue[-1][:2]:
+            self._queue.append(key)
+        else:
+            self._heap = list(self._queue)  # sorted: already a heap
+            heapq.heappush(self._heap, key)
+
+    def first_s(self) -> float:
+        return self._queue[0][0] if self._heap is None else self._heap[0][0]
+
+    def pop(self) -> SimRequest:
+        return self._queue.popleft()[2] if self._heap is None else heapq.heappop(self._heap)[2]
 
 
 class EngineLoop:
@@ -58,7 +89,7 @@ class EngineLoop:
         # The client's side of one run: requests not yet sent (a concurrency limit holds them),
         # those sent but not yet at the engine by (engine arrival, rid), and how many are out.
         self._pending: deque[SimRequest] = deque()
-        self._upcoming: list[tuple[float, int, SimRequest]] = []
+        self._upcoming = _Arrivals()
         self._inflight = 0
         self._rejected: list[SimRequest] = []  # longer than max_model_len: refused on arrival
 
@@ -73,6 +104,7 @@ class EngineLoop:
             (SimRequest(r.request_id, r.prompt_tokens, r.output_tokens, r.priority, r.arrival_s,
                         r.prompt_token_ids, r.prefix_group) for r in requests),
             key=lambda q: (q.scheduled_s, q.rid)))
+        sched.kv.index(self._pending)
         if self._pending:
             self._window = (self._pending[0].scheduled_s, self._pending[-1].scheduled_s)
         self._dispatch(0.0)
@@ -82,7 +114,7 @@ class EngineLoop:
             if not sched.has_work:
                 if not self._upcoming:
                     break
-                t = self._upcoming[0][0]
+                t = self._upcoming.first_s()
                 continue
             t = self._step(t)
             if self.steps > MAX_STEPS:
@@ -107,7 +139,7 @@ class EngineLoop:
             req.slot_wait_s = req.sent_s - req.scheduled_s
             req.arrival_s = self.api.take(req.sent_s)
             self._inflight += 1
-            heapq.heappush(self._upcoming, (req.arrival_s, req.rid, req))
+            self._upcoming.push(req)
 
     def _release(self, at: float) -> None:
         """A request's answer reached the client at ``at``: its slot sends the next one."""
@@ -117,8 +149,8 @@ class EngineLoop:
     def _admit(self, t: float) -> None:
         """Hand the scheduler every request that reached the engine by ``t``; one longer than
         max_model_len is refused at once, with vLLM's HTTP 400."""
-        while self._upcoming and self._upcoming[0][0] <= t:
-            _, _, req = heapq.heappop(self._upcoming)
+        while self._upcoming and self._upcoming.first_s() <= t:
+            req = self._upcoming.pop()
             if req.prompt_len + req.output_len > self.max_model_len:
                 req.error = (
                     f"HTTP 400: This model's maximum context length is {self.max_model_len}"
@@ -174,36 +206,50 @@ class EngineLoop:
         if self._grouped:
             self._close_group()
         # Decode steps before this loop (a warm-up's) have no times here: pad their indices.
-        dtimes = [0.0] * self.first_dstep + self.api.streamed_all(
-            np.asarray(self.dtimes)).tolist()
+        dtimes = np.concatenate((np.zeros(self.first_dstep),
+                                 self.api.streamed_all(np.asarray(self.dtimes, dtype=np.float64))))
+        dtimes.flags.writeable = False
         records: list[RequestRecord] = []
-        k = self.scheduler.cfg.spec_tokens
         for req in sorted(reqs, key=lambda q: q.rid):
             if req.error is not None:
                 records.append(RequestRecord(
                     req.rid, req.scheduled_s, req.sent_s, (), None, req.prompt_len, 0,
                     req.priority, req.prefix_group, req.error, req.slot_wait_s))
                 continue
-            times: list[float] = []
-            tokens = 0
-            for piece in req.pieces:
-                if isinstance(piece, float):
-                    times.append(self.api.streamed(piece))
-                    tokens += 1
-                else:
-                    start, steps, emit = piece
-                    times.extend(dtimes[start:start + steps])
-                    if emit is None:
-                        tokens += steps
-                    else:
-                        emitted = int(emit[:steps].sum())
-                        tokens += emitted
-                        self.spec_draft_tokens += k * steps
-                        self.spec_accepted_tokens += emitted - steps
-            if self._grouped:  # one streamed message per multi-step run
-                times = [x for i, x in enumerate(times) if i == 0 or x != times[i - 1]]
+            times, tokens = self._token_times(req, dtimes)
+            end = times.last if isinstance(times, StepTimes) else times[-1]
             records.append(RequestRecord(
-                req.rid, req.scheduled_s, req.sent_s, tuple(times), times[-1], req.prompt_len,
+                req.rid, req.scheduled_s, req.sent_s, times, end, req.prompt_len,
                 tokens, req.priority, req.prefix_group, None, req.slot_wait_s))
         return tuple(records)
 
+    def _token_times(self, req: SimRequest, dtimes: np.ndarray
+                     ) -> tuple[StepTimes | tuple[float, ...], int]:
+        """A finished request's token times and output tokens. One that decoded in a single run
+        (no preemption) gets ``StepTimes``: its first token's time and a slice of the decode-step
+        times; any other a tuple."""
+        pieces = req.pieces
+        times: list[float] = []
+        tokens = 0
+        single_run = not self._grouped and len(pieces) == 2 and isinstance(pieces[0], float)
+        for piece in pieces:
+            if isinstance(piece, float):
+                times.append(self.api.streamed(piece))
+                tokens += 1
+                continue
+            start, steps, emit = piece
+            if not single_run:
+                times.extend(dtimes[start:start + steps].tolist())
+            if emit is None:
+                tokens += steps
+            else:
+                emitted = int(emit[:steps].sum())
+                tokens += emitted
+                self.spec_draft_tokens += self.scheduler.cfg.spec_tokens * steps
+                self.spec_accepted_tokens += emitted - steps
+        if single_run:
+            start, steps, _ = pieces[1]
+            return StepTimes(times[0], dtimes, start, start + steps), tokens
+        if self._grouped:  # one streamed message per multi-step run
+            times = [x for i, x in enumerate(times) if i == 0 or x != times[i - 1]]
+        return tuple(times), tokens

@@ -31,9 +31,13 @@ class SimRequest:
     arrival_s: float = 0.0  # reaches the engine (sent + front-end latency)
     computed: int = 0  # num_computed_tokens while waiting / prefilling
     generated: int = 0  # output tokens produced so far (valid while not decoding)
+    # KV blocks held: the leading ones processed for the prefix cache (a hashed block's id, or
+    # ANONYMOUS where another block held the hash), then ``n_anonymous`` not yet hashed.
     blocks: list[int] = field(default_factory=list)
+    n_anonymous: int = 0
+    prompt_hashes: np.ndarray | None = None  # its prompt's full-block hashes (block_hashes)
+    n_shared: int = 0  # leading prompt blocks whose hash another request carries too
     hashes: list[int] | None = None  # full-block hash chain (prompt, then its own outputs)
-    n_registered: int = 0  # leading blocks whose hash is in the cache map
     state: int = WAITING
     epoch: int = 0  # bumped on preemption: stale bucket entries are skipped
     admit_seq: int = 0  # position in the running order
@@ -41,6 +45,7 @@ class SimRequest:
     dec_start: int = 0
     dec_computed: int = 0
     dec_generated: int = 0
+    dec_end: int = 0  # the decode step after its last: dec_start + tokens left at the start
     dec_emit: np.ndarray | None = None  # tokens per decode step (speculation); None = 1 each
     dec_cum: np.ndarray | None = None  # cumulative dec_emit
     dec_rate: float = 1.0  # expected tokens per decode step (context bookkeeping)
@@ -49,6 +54,10 @@ class SimRequest:
     pieces: list = field(default_factory=list)
     preemptions: int = 0
     error: str | None = None
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks) + self.n_anonymous
 
     @property
     def num_tokens(self) -> int:

@@ -34,9 +34,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sweetspot.backends.sim.blocks import BlockPool
+from sweetspot.backends.sim.block_hashes import hash_chain
 from sweetspot.backends.sim.cost import StepShape
 from sweetspot.backends.sim.decode_clock import DecodeClock
+from sweetspot.backends.sim.prefix_cache import PrefixCache
 from sweetspot.backends.sim.request import DECODE, DONE, PREFILL, WAITING, SimRequest
 from sweetspot.backends.sim.request_queue import RequestQueue, request_queue
 
@@ -72,7 +73,8 @@ class StepPlan:
 class Scheduler:
     def __init__(self, cfg: SchedulerConfig, draw_emissions: Callable | None = None) -> None:
         self.cfg = cfg
-        self.pool = BlockPool(cfg.num_blocks, caching=cfg.prefix_caching)
+        self.kv = PrefixCache(cfg.block_size, cfg.num_blocks, caching=cfg.prefix_caching)
+        self.pool = self.kv.pool
         self.running: dict[SimRequest, None] = {}  # admission order
         self.prefilling: list[SimRequest] = []  # running requests with prompt left, in order
         self.waiting: RequestQueue = request_queue(cfg.priority)
@@ -81,6 +83,7 @@ class Scheduler:
         self._admitted = 0
         self._group_left = 0  # V0 multi-step: decode steps left in the current group
         self.preemptions = 0
+        self._preempted = False  # any preemption yet (not reset with the counters)
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.finished: list[SimRequest] = []
@@ -105,43 +108,6 @@ class Scheduler:
     def add(self, req: SimRequest) -> None:
         self.waiting.add(req)
 
-    # -- blocks and hashes ----------------------------------------------------------------
-
-    def _hash_chain(self, req: SimRequest, upto_blocks: int) -> list[int]:
-        """The request's full-block hashes for its first ``upto_blocks`` blocks: prompt blocks
-        hash their token ids, blocks holding outputs are unique to the request."""
-        hashes = req.hashes
-        if hashes is None:
-            hashes = req.hashes = []
-        bs, ids = self.cfg.block_size, req.prompt_ids
-        parent = hashes[-1] if hashes else 0
-        for i in range(len(hashes), upto_blocks):
-            end = (i + 1) * bs
-            content = ids[i * bs:end] if end <= req.prompt_len else (-1, req.rid, i)
-            parent = hash((parent, content))
-            hashes.append(parent)
-        return hashes
-
-    def _register(self, req: SimRequest, computed: int) -> None:
-        """Put the request's full blocks into the cache map (vLLM does it as blocks fill)."""
-        if not self.cfg.prefix_caching:
-            return
-        full = min(computed // self.cfg.block_size, len(req.blocks))
-        if full <= req.n_registered:
-            return
-        hashes = self._hash_chain(req, full)
-        for i in range(req.n_registered, full):
-            self.pool.cache(req.blocks[i], hashes[i])
-        req.n_registered = full
-
-    def _free(self, req: SimRequest, computed: int, *, keep_outputs: bool) -> None:
-        """Release the request's blocks. A preempted request's output blocks stay findable
-        for its own resumption; a finished one's can never be hit again, so they go unhashed."""
-        self._register(req, computed if keep_outputs else min(computed, req.prompt_len))
-        self.pool.free(req.blocks)
-        req.blocks = []
-        req.n_registered = 0
-
     # -- preemption -------------------------------------------------------------------------
 
     def _victim(self) -> SimRequest:
@@ -162,12 +128,13 @@ class Scheduler:
         else:
             computed = req.computed
             self.prefilling.remove(req)
-        self._free(req, computed, keep_outputs=True)
+        self.kv.release(req, computed, keep_outputs=True)
         req.computed = 0
         req.state = WAITING
         req.epoch += 1
         req.preemptions += 1
         self.preemptions += 1
+        self._preempted = True
         self.waiting.requeue(req)
 
     def _make_room(self, req: SimRequest, blocks: int, dstep: int) -> bool:
@@ -243,11 +210,12 @@ class Scheduler:
             if 0 < cfg.long_prefill_threshold < n:
                 n = cfg.long_prefill_threshold
             n = min(n, budget)
-            need = -(-(req.computed + n) // cfg.block_size) - len(req.blocks)
+            need = -(-(req.computed + n) // cfg.block_size) - req.num_blocks
             if need > 0:
                 if not self._make_room(req, need, dstep):
                     continue
-                req.blocks.extend(self.pool.allocate(need))
+                self.pool.allocate(need)
+                req.n_anonymous += need
             prefills.append((req, n))
             budget -= n
         return budget
@@ -255,14 +223,15 @@ class Scheduler:
     def _shape(self, dstep: int, prefills: list[tuple[SimRequest, int]],
                num_decode_seqs: int) -> StepShape:
         """What the step computes, for the cost model."""
-        pf_tokens = pf_context = 0
+        pf_tokens = pf_context = completing = 0
         pf_pairs = 0.0
         for req, n in prefills:
             pf_tokens += n
             pf_context += req.computed + n
             pf_pairs += n * (req.computed + (n + 1) / 2)
+            if req.computed + n == req.prompt_len + req.generated:  # its prompt is done
+                completing += 1
         k = self.cfg.spec_tokens
-        completing = sum(1 for req, n in prefills if req.computed + n == req.num_tokens)
         return StepShape(
             num_seqs=num_decode_seqs + len(prefills),
             num_decode_tokens=num_decode_seqs * (1 + k),
@@ -280,34 +249,42 @@ class Scheduler:
         """Phase 1: the decoding requests whose next token opens a KV block get one, in running
         order, preempting when the pool is empty. Without speculation a request's next block
         is due ``block_size`` decode steps later."""
-        entries = [e for e in self.clock.need.pop(dstep, ()) if e[0].epoch == e[1]
-                   and e[0].state == DECODE]
+        entries = self.clock.need.pop(dstep, None)
+        if entries and self._preempted:  # only a preemption leaves stale entries behind
+            entries = [e for e in entries if e[0].epoch == e[1] and e[0].state == DECODE]
         if not entries:
             return
-        bs = self.cfg.block_size
-        total = sum(n for _, _, n in entries)
+        due = dstep + self.cfg.block_size
+        later = self.clock.need.setdefault(due, [])
+        # One block each without speculation (``DecodeClock.start``).
+        total = len(entries) if self.clock.draw_emissions is None else sum(
+            [e[2] for e in entries])
         if total <= self.pool.num_free:  # the common case: no preemption, one allocation
-            blocks = self.pool.allocate(total)
-            i = 0
-            for req, _, n in entries:
-                req.blocks.extend(blocks[i:i + n])
-                i += n
-            granted = entries
-        else:
-            entries.sort(key=lambda e: e[0].admit_seq)
-            granted = []
+            self.pool.allocate(total)
+            if self.clock.draw_emissions is None:  # each is (req, epoch, 1): due again later
+                for entry in entries:
+                    req = entry[0]
+                    req.n_anonymous += 1
+                    if due < req.dec_end:
+                        later.append(entry)
+                return
             for entry in entries:
-                req, _, n = entry
-                if req.state != DECODE or req.epoch != entry[1]:
-                    continue  # preempted for an earlier request of this step
-                if not self._make_room(req, n, dstep):
-                    continue
-                req.blocks.extend(self.pool.allocate(n))
-                granted.append(entry)
-        later = self.clock.need.setdefault(dstep + bs, [])
+                entry[0].n_anonymous += entry[2]
+            return
+        entries.sort(key=lambda e: e[0].admit_seq)
+        granted = []
+        for entry in entries:
+            req, _, n = entry
+            if req.state != DECODE or req.epoch != entry[1]:
+                continue  # preempted for an earlier request of this step
+            if not self._make_room(req, n, dstep):
+                continue
+            self.pool.allocate(n)
+            req.n_anonymous += n
+            granted.append(entry)
         for req, epoch, _ in granted:
             if req.dec_emit is None and req.epoch == epoch and req.state == DECODE \
-                    and dstep + bs < req.dec_start + req.output_len - req.dec_generated:
+                    and due < req.dec_end:
                 later.append((req, epoch, 1))
 
     def _admit(self, budget: int, dstep: int, prefills: list[tuple[SimRequest, int]]) -> int:
@@ -322,7 +299,8 @@ class Scheduler:
             if cfg.prefix_caching and req.computed == 0:
                 # Never the whole prompt: the last token is recomputed to get logits.
                 max_blocks = (req.num_tokens - 1) // bs
-                hits = pool.lookup(self._hash_chain(req, max_blocks), max_blocks)
+                if self.kv.may_hit(req):
+                    hits = pool.lookup(hash_chain(req, bs, max_blocks), max_blocks)
                 self.prefix_queries += req.num_tokens
                 self.prefix_hits += len(hits) * bs
             computed = len(hits) * bs if hits else req.computed
@@ -333,14 +311,15 @@ class Scheduler:
                 n = cfg.long_prefill_threshold
             n = min(n, budget - used)
             need = -(-(computed + n) // bs) - len(hits)
-            free = pool.num_free - pool.evictable_among(hits)
+            free = pool.num_free - pool.evictable_among(hits) if hits else pool.num_free
             if need > free or (cfg.reserve_full_isl
                                and -(-req.num_tokens // bs) - len(hits) > free):
                 break
             self.waiting.pop()
-            pool.touch(hits)
-            req.blocks = hits + pool.allocate(need)
-            req.n_registered = len(hits)
+            if hits:
+                pool.touch(hits)
+            pool.allocate(need)
+            req.blocks, req.n_anonymous = hits, need
             req.computed = computed
             req.state = PREFILL
             self._admitted += 1
@@ -370,8 +349,8 @@ class Scheduler:
             if req.state != PREFILL:
                 continue
             req.computed += n
-            self._register(req, min(req.computed, req.prompt_len))
-            if req.computed < req.num_tokens:
+            self.kv.register(req, min(req.computed, req.prompt_len))
+            if req.computed < req.prompt_len + req.generated:  # num_tokens, inlined
                 continue
             self.prefilling.remove(req)
             req.generated += 1
@@ -385,6 +364,7 @@ class Scheduler:
 
     def _retire(self, req: SimRequest, computed: int) -> None:
         del self.running[req]
-        self._free(req, computed, keep_outputs=False)
+        self.kv.release(req, computed, keep_outputs=False)
         req.state = DONE
+        req.hashes = req.prompt_hashes = None  # the cache map holds what is still needed
         self.finished.append(req)

@@ -215,6 +215,24 @@ def simulate(
     config = started.config
     model = model or _roofline(setup, started)
     model = model if step_factor == 1.0 else ScaledSteps(model, step_factor)
+    collecting = gc.isenabled()
+    gc.disable()  # the run allocates millions of small objects and frees none: skip GC passes
+    try:
+        records, facts, step_trace = _run(setup, started, requests, model, max_concurrency,
+                                          seed, trace, warmup)
+    finally:
+        # Back on once the engine's own objects have gone with _run's frame: the collection
+        # that follows scans the run's records, not every request's scheduler state.
+        if collecting:
+            gc.enable()
+    return SimRun("ok", None, records, started.memory, facts, config, step_trace)
+
+
+def _run(setup: SimSetup, started: SimStart, requests: Sequence[Request], model: StepTimeModel,
+         max_concurrency: int | None, seed: int, trace: bool, warmup: int
+         ) -> tuple[tuple[RequestRecord, ...], SimFacts, StepTrace | None]:
+    """The warm-up, then the run: its records, the server's facts and the step trace."""
+    config = started.config
     scheduler = _scheduler(started, seed, setup.version)
 
     def new_loop(limit: int | None, keep_trace: bool) -> EngineLoop:
@@ -223,27 +241,22 @@ def simulate(
                      max_model_len=config.max_model_len, max_concurrency=limit, trace=keep_trace,
                      offline=setup.offline, endpoint=setup.endpoint)
 
+    warmups = warmup if requests else 0
+    scheduler.kv.expect([requests[0].prompt_token_ids] * warmups
+                        + [r.prompt_token_ids for r in requests])
+    if warmups:
+        first = dataclasses.replace(requests[0], arrival_s=0.0)
+        new_loop(1, False).run([dataclasses.replace(first, request_id=-1 - i)
+                                for i in range(warmup)])
+        scheduler.reset_stats()
     loop = new_loop(max_concurrency, trace)
-    collecting = gc.isenabled()
-    gc.disable()  # the run allocates millions of small objects and frees none: skip GC passes
-    try:
-        if warmup and requests:
-            first = dataclasses.replace(requests[0], arrival_s=0.0)
-            new_loop(1, False).run([dataclasses.replace(first, request_id=-1 - i)
-                                    for i in range(warmup)])
-            scheduler.reset_stats()
-            loop = new_loop(max_concurrency, trace)
-        records = loop.run(requests)
-    finally:
-        if collecting:
-            gc.enable()
+    records = loop.run(requests)
     step_trace = None
     if trace:
         step_trace = StepTrace(np.asarray(loop.starts), np.asarray(loop.durations),
                                tuple(loop.shapes))
-    return SimRun("ok", None, records, started.memory,
-                  _facts(started.memory, setup.version, scheduler, loop,
-                         _engine(setup, started)), config, step_trace)
+    facts = _facts(started.memory, setup.version, scheduler, loop, _engine(setup, started))
+    return records, facts, step_trace
 
 
 def _engine(setup: SimSetup, started: SimStart) -> str:

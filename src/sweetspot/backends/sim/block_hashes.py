@@ -1,0 +1,137 @@
+"""Prefix-cache hashes of every prompt's full blocks, computed for a whole run at once.
+
+What a hash must mean (vLLM's block hash chain): the hash of block i of a prompt stands for the
+prompt's first ``(i + 1) * block_size`` token ids, so two prompts' block i hashes are equal
+exactly when they share every token up to the end of that block; the scheduler relies on it (a
+hit on block i implies hits on every block before it). Here:
+
+- a block's content sum is ``sum(id_j * M(j))`` over its tokens (mod 2**64), ``M(j)`` a fixed
+  pseudo-random odd multiplier of the position j within the block: two different blocks have
+  equal sums with a probability of about 2**-46 at worst (a difference of ids times an
+  independent random odd multiplier);
+- a block's key mixes (splitmix64) its content sum with its index in the prompt;
+- block i's hash is the sum of the keys of blocks 0..i (mod 2**64): equal prefixes give equal
+  hashes, and unequal ones collide only by chance (~2**-64), as Python's tuple hashes did.
+
+The values themselves are never observable, only which ones are equal. Blocks that hold output
+tokens are unique to their request and are hashed where they fill (``hash_chain``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from numpy.lib.stride_tricks import sliding_window_view
+
+from sweetspot.backends.sim.request import SimRequest
+from sweetspot.spec.token_ids import TokenIds
+
+__all__ = ["expect_prompts", "hash_chain", "index_prompts", "prompt_block_hashes"]
+
+U64 = npt.NDArray[np.uint64]
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(z: U64) -> U64:
+    """splitmix64's finaliser: every input bit moves every output bit."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def prompt_block_hashes(prompts: Sequence[Sequence[int]], block_size: int) -> list[U64]:
+    """For each prompt, the hashes of its full blocks (``len // block_size`` of them)."""
+    lengths = np.fromiter((len(p) for p in prompts), dtype=np.int64, count=len(prompts))
+    blocks = lengths // block_size
+    if not blocks.any():
+        return [np.empty(0, dtype=np.uint64) for _ in prompts]
+    ids, starts = _token_array(prompts, lengths)
+    owner = np.repeat(np.arange(len(prompts)), blocks)  # the prompt of each block
+    first_block = np.cumsum(blocks) - blocks
+    index = np.arange(len(owner)) - first_block[owner]  # each block's index in its prompt
+    block_starts = starts[owner] + index * block_size
+    multipliers = _mix(np.arange(1, block_size + 1, dtype=np.uint64) * GOLDEN) | np.uint64(1)
+    windows = sliding_window_view(ids, block_size)
+    sums = np.empty(len(owner), dtype=np.uint64)
+    for lo in range(0, len(owner), _CHUNK):  # in chunks: the uint64 products stay small
+        sums[lo:lo + _CHUNK] = (windows[block_starts[lo:lo + _CHUNK]].astype(np.uint64)
+                                @ multipliers)
+    keys = _mix(sums + index.astype(np.uint64) * GOLDEN)
+    running = np.cumsum(keys)
+    before = np.where(first_block > 0, running[first_block - 1], np.uint64(0))
+    hashes = running - before[owner]
+    bounds = np.concatenate(([0], np.cumsum(blocks))).tolist()
+    return [hashes[lo:hi] for lo, hi in pairwise(bounds)]
+
+
+_CHUNK = 1 << 16  # blocks hashed at a time
+
+
+def _token_array(prompts: Sequence[Sequence[int]], lengths: npt.NDArray[np.int64]
+                 ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
+    """One array holding every prompt's ids, and where each prompt starts in it. Sampled
+    prompts (``TokenIds``) are spans of one array already: that one, without a copy."""
+    spans = TokenIds.spans(prompts)
+    if spans is not None:
+        return spans
+    return (np.concatenate([np.asarray(p) for p in prompts]),
+            np.cumsum(lengths) - lengths)
+
+
+def index_prompts(reqs: Iterable[SimRequest], block_size: int,
+                  known: dict[int, tuple[U64, int]] | None = None) -> None:
+    """Give each request its prompt's block hashes (``SimRequest.prompt_hashes``) and how many
+    of them lead with a hash another prompt carries (``n_shared``): from ``known`` (by prompt
+    object, ``expect_prompts``) where it has them; a prompt it lacks counts as all shared."""
+    reqs = list(reqs)
+    known = known or {}
+    missing = []
+    for req in reqs:
+        entry = known.get(id(req.prompt_ids))
+        if entry is None:
+            missing.append(req)
+        else:
+            req.prompt_hashes, req.n_shared = entry
+    hashes = prompt_block_hashes([r.prompt_ids for r in missing], block_size) if missing else []
+    for req, prompt_hashes in zip(missing, hashes, strict=True):
+        req.prompt_hashes, req.n_shared = prompt_hashes, len(prompt_hashes)
+
+
+def expect_prompts(prompts: Sequence[Sequence[int]], block_size: int
+                   ) -> tuple[dict[int, tuple[U64, int]], set[int]]:
+    """Every prompt's block hashes with how many of them lead with a shared hash (by prompt
+    object), and the shared hashes: those more than one of ``prompts`` carries (a prompt sent
+    twice appears twice), the only ones a request can find that another put in the cache."""
+    hashes = prompt_block_hashes(prompts, block_size)
+    pooled = np.concatenate(hashes) if hashes else np.empty(0, dtype=np.uint64)
+    ordered = np.sort(pooled)
+    repeated = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+    # Leading shared blocks per prompt: up to its first block with a hash of its own.
+    sizes = np.fromiter((len(h) for h in hashes), np.int64, len(hashes))
+    starts = np.cumsum(sizes) - sizes
+    own = np.flatnonzero(~np.isin(pooled, repeated))
+    first_own = np.append(own, len(pooled))[np.searchsorted(own, starts)]
+    leading = np.minimum(first_own - starts, sizes).tolist()
+    known = {id(p): (h, n) for p, h, n in zip(prompts, hashes, leading, strict=True)}
+    return known, set(repeated.tolist())
+
+
+def hash_chain(req: SimRequest, block_size: int, upto_blocks: int) -> list[int]:
+    """The request's full-block hashes, at least its first ``upto_blocks`` (while blocks that
+    far are full): its prompt's, then for blocks holding outputs values unique to the request
+    (chained on the last prompt block's, as vLLM chains every block on its parent)."""
+    hashes = req.hashes
+    if hashes is None:
+        if req.prompt_hashes is None:
+            index_prompts([req], block_size)
+        assert req.prompt_hashes is not None
+        hashes = req.hashes = req.prompt_hashes.tolist()
+    parent = hashes[-1] if hashes else 0
+    for i in range(len(hashes), upto_blocks):
+        parent = hash((parent, (-1, req.rid, i)))
+        hashes.append(parent)
+    return hashes
