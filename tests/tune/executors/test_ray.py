@@ -107,7 +107,10 @@ def test_a_node_killed_mid_study_loses_no_finished_trial(tmp_path: Path) -> None
     from sweetspot.tune.study import _search, resolve_study, study_evaluator
 
     with one_ray_at_a_time(), local_ray_cluster([{"num_cpus": 1}, {"num_cpus": 1}]) as two:
-        settings = tune_settings_of(**OPTIONS, trials=24, study_name="k").study
+        # Trials long enough (~0.3 s) that the one seen running on node 1 still runs when the
+        # node is killed: at 64 requests a simulated trial ends within the poll's reach.
+        settings = tune_settings_of(**{**OPTIONS, "num_requests": 20000}, trials=24,
+                                    study_name="k").study
         study = resolve_study(settings)
         store = StudyStore.open(f"sqlite:///{tmp_path / 'k.db'}", "k", study.space,
                                 resume=False)
