@@ -45,6 +45,14 @@ def _wait(predicate, timeout_s: float) -> None:
         time.sleep(0.2)
 
 
+def _finished_by(url: str, *workers: subprocess.Popen) -> bool:
+    """Whether each of ``workers`` has finished a trial (a simulated trial takes a tenth of a
+    second: one worker can finish several before another has imported the package)."""
+    done = [str((t.user_attrs.get("owner") or {}).get("process", "")).split(":")[0]
+            for t in _trials(url) if t.state == TrialState.COMPLETE]
+    return len(done) >= 6 and all(str(w.pid) in done for w in workers)
+
+
 def _kill_mid_trial(worker: subprocess.Popen, url: str) -> int:
     """SIGKILL ``worker`` while it runs a trial (stopped and looked at until it does: a
     simulated trial takes a tenth of a second); that trial's number."""
@@ -68,7 +76,7 @@ def test_workers_share_one_budget_and_survive_a_killed_one(postgres_url: str,  #
     url = postgres_url
     first, second = _worker(url, tmp_path, "a"), _worker(url, tmp_path, "b")
     try:
-        _wait(lambda: sum(t.state == TrialState.COMPLETE for t in _trials(url)) >= 6, 120)
+        _wait(lambda: _finished_by(url, first, second), 120)
         killed = _kill_mid_trial(second, url)
         third = _worker(url, tmp_path, "c")  # late
         report = run_cli("report", "w", "--storage", url, "--out", str(tmp_path / "live"))
