@@ -9,7 +9,8 @@
 #             A (max-model-len 32768, utilisation 0.9):
 #               1. ShareGPT-like (P7's means) 500 at rate inf on the fresh server, no warm-up:
 #                  the start-up transient (item 5);
-#               2. the same, 600 requests, warmed: saturated burst (items 3, 9);
+#               2. the same, 600 requests, warmed: saturated burst (items 3, 9); its own seed
+#                  (on 2026-12-07 it repeated a01's prompts: 80 % prefix-cache hits);
 #               3. one prompt at a time of 128 ... 24576 tokens, one output token: prefill time
 #                  by chunk size and context (item 3), the front end at light load (item 4);
 #               4. 256 in / 256 out in closed loops of 1, 8 and 32: small-batch decode (8, 9);
@@ -82,7 +83,7 @@ quickest() {  # QUICK=2: about three minutes after the server is up
 
 quick() {  # QUICK=1: what fits about six minutes after the server is up
     bench a01-sharegpt-fresh sharegpt-228-202 300 --rate inf --warmup 0
-    bench a02-sharegpt-inf sharegpt-228-202 400 --rate inf
+    bench a02-sharegpt-inf sharegpt-228-202 400 --rate inf --seed 2
     for p in 128 1024 4096 8192 16384 24576; do
         bench a03-prefill-$p prefill-$p 3 --concurrency 1 --warmup 0 --seed $p
     done
@@ -111,7 +112,7 @@ batch() {
     fi
     if serve A --max-model-len 32768; then
         bench a01-sharegpt-fresh sharegpt-228-202 500 --rate inf --warmup 0
-        bench a02-sharegpt-inf sharegpt-228-202 600 --rate inf
+        bench a02-sharegpt-inf sharegpt-228-202 600 --rate inf --seed 2
         for p in 128 512 1024 2048 4096 8192 16384 24576; do
             bench a03-prefill-$p prefill-$p 4 --concurrency 1 --warmup 0 --seed $p
         done
