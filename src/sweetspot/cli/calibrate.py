@@ -131,7 +131,7 @@ def _fit(setup, pairs):
     arrived in bursts keeps its duration at most (the client, not the server, set its
     latencies)."""
     from sweetspot.backends.sim import simulate as run_sim
-    from sweetspot.backends.sim.cost import RooflineModel
+    from sweetspot.backends.sim.cost import RooflineModel, roofline_constants
     from sweetspot.backends.sim.fit import fit_step_model
     from sweetspot.metrics.run import bunched_streams
 
@@ -153,7 +153,8 @@ def _fit(setup, pairs):
         return run
 
     observations = [obs for _, obs in pairs if obs.measured]
-    start = RooflineModel(setup.hardware, setup.arch, setup.quant)
+    start = RooflineModel(setup.hardware, setup.arch, setup.quant,
+                          constants=roofline_constants(setup.version))
     return fit_step_model(observations, simulate_run, start)
 
 

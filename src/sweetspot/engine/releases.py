@@ -24,6 +24,7 @@ __all__ = [
     "ASYNC_SCHEDULING_DEFAULT_SINCE",
     "CUDA_GRAPHS_PROFILED_SINCE",
     "DRAFT_MODEL_SINCE",
+    "FAST_KERNELS_SINCE",
     "GPU_MEMORY_UTILIZATION_092_SINCE",
     "INTER_TOKEN_LATENCY_METRIC_SINCE",
     "KV_CACHE_USAGE_METRIC_SINCE",
@@ -59,6 +60,13 @@ ASYNC_EAGLE_SPEC_SINCE = Version("0.12.0")
 ASYNC_ANY_SPEC_SINCE = Version("0.33.0")
 # Async scheduling is on by default (GPUs; not beside a non-EAGLE speculator before 0.33).
 ASYNC_SCHEDULING_DEFAULT_SINCE = Version("0.14.0")
+# The step model's kernel efficiencies (``backends/sim/cost.py``): releases from here reach the
+# GEMM and bandwidth fractions measured on an H100 with 0.24 (GEMMs ~0.65 of the bf16 peak,
+# weights streamed at ~0.8 of HBM bandwidth); older ones the fractions fitted to the public
+# 0.5-0.11 runs (0.45 / 0.72). Bounded by measurements: 0.11 (public-cases P7) slow, 0.19.1
+# (P8) and 0.24 (benchmarks/gpu/results-2026-12-07-issue22-h100) fast; placed with the engine
+# core of async scheduling by default. Releases 0.12-0.19 are not measured.
+FAST_KERNELS_SINCE = Version("0.14.0")
 # Draft-model speculation came to the V1 engine (vllm-facts.md).
 DRAFT_MODEL_SINCE = Version("0.15.0")
 # vLLM's YAML loader turns nested mappings into JSON arguments, and writes "--no-<key>" for a

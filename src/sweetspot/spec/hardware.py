@@ -34,6 +34,9 @@ class Hardware:
     interconnect: str
     interconnect_bytes_per_s: float  # per direction, per GPU
     compute_capability: str | None
+    # Share of the bandwidth a decode step's weight streaming reaches with current vLLM
+    # kernels, where measured (None: the step model's default, ``backends/sim/cost.py``).
+    weight_streaming: float | None = None
 
     @property
     def is_cpu(self) -> bool:
@@ -65,6 +68,7 @@ def _from_entry(name: str, entry: dict[str, Any]) -> Hardware:  # a parsed TOML 
         interconnect=entry["interconnect"],
         interconnect_bytes_per_s=float(entry["interconnect_gb_s"]) * GB,
         compute_capability=entry.get("compute_capability"),
+        weight_streaming=entry.get("weight_streaming"),
     )
 
 

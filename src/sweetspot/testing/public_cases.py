@@ -89,6 +89,8 @@ class Run:
     num_requests: int
     checks: tuple[Check, ...]
     max_concurrency: int | None = None
+    warmup: int = 1  # requests run before the clock starts (``sweetspot bench --warmup``)
+    seed: int | None = None  # the run's sampling seed, where it was not the case's
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,7 @@ class PublicCase:
     endpoint: str = "completions"  # the API the benchmark called ("chat": vllm bench's openai-chat)
     source: str = ""
     notes: tuple[str, ...] = field(default=())
+    vocab_size: int | None = None  # token ids the client drew from, where not the model's
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +159,75 @@ def _p8_runs() -> tuple[Run, ...]:
         Run(f"input {n}", random_fixed(n, 128), 2,
             (Check("median_itl_ms", 6.44 + 4.37e-5 * n),), max_concurrency=1)
         for n in (256, 8192, 32768, 125000)
+    )
+
+
+_OWN_H100 = ("sweetspot's own runs: benchmarks/gpu/results-2026-12-07-issue22-h100 (vLLM 0.24.0, "
+             "H100 SXM 80GB, Qwen3-14B-shaped dummy weights, sweetspot bench --detailed)")
+
+
+def _fixed(input_len: int, output_len: int, *, shared: int = 0) -> WorkloadSpec:
+    """Fixed lengths; the first ``shared`` tokens the same in every prompt."""
+    return validate_workload({
+        "name": f"fixed-{input_len}-{output_len}-shared-{shared}",
+        "prompt": {"kind": "fixed", "value": input_len - shared},
+        "output": {"kind": "fixed", "value": output_len},
+        "prefix": {"length": shared, "num_prefixes": 1, "share": 1.0 if shared else 0.0},
+        "arrival": {"process": "inf"},
+    }, "fixed")
+
+
+def _p9_runs() -> tuple[Run, ...]:
+    """issue22.sh's server A runs (see P9's source): prefill by prompt length, decode by
+    batch, saturated bursts, prefix sharing, Poisson load and a long-prompt closed loop."""
+    prefill_ttft = {128: 19.93, 512: 30.07, 1024: 53.54, 2048: 99.04, 4096: 193.90,
+                    8192: 389.18, 16384: 882.01, 24576: 1445.13}
+    runs = [Run(f"one {n}-token prompt at a time", _fixed(n, 1), 4,
+                (Check("median_ttft_ms", ttft),), max_concurrency=1, warmup=0, seed=n)
+            for n, ttft in prefill_ttft.items()]
+    for conc, num, tput, tpot in ((1, 6, 89.73, 11.10), (8, 48, 684.80, 11.37),
+                                  (32, 128, 2457.96, 12.11)):
+        runs.append(Run(f"256/256 closed loop of {conc}", _fixed(256, 256), num,
+                        (Check("output_throughput", tput), Check("median_tpot_ms", tpot)),
+                        max_concurrency=conc))
+    runs += [
+        Run("ShareGPT x500 rate inf, fresh server", sharegpt_like(228, 202), 500,
+            (Check("request_throughput", 24.08), Check("median_tpot_ms", 37.67)), warmup=0),
+        Run("random 2000/100 x150", _fixed(2000, 100), 150,
+            (Check("request_throughput", 8.845), Check("median_ttft_ms", 6923.5))),
+        Run("random 4000/200 x60", _fixed(4000, 200), 60,
+            (Check("request_throughput", 3.889), Check("median_ttft_ms", 5589.9))),
+        Run("random 128/4 x600", _fixed(128, 4), 600, (Check("request_throughput", 147.4),)),
+        Run("ShareGPT Poisson 8/s x240", sharegpt_like(228, 202, rate=8.0), 240,
+            (Check("median_tpot_ms", 11.99), Check("median_ttft_ms", 40.61)), seed=7),
+        Run("20000/200 closed loop of 16", _fixed(20000, 200), 48,
+            (Check("request_throughput", 0.6925), Check("median_ttft_ms", 5380.7)),
+            max_concurrency=16),
+    ]
+    for shared, tput in ((0, 10.00), (1000, 18.28), (1800, 49.49)):
+        runs.append(Run(f"2000/64 x200, {shared} shared", _fixed(2000, 64, shared=shared), 200,
+                        (Check("request_throughput", tput),), seed=shared))
+    return tuple(runs)
+
+
+def _own_cases() -> tuple[PublicCase, ...]:
+    """P9 and P10: sweetspot's own runs on the lent H100 (``_OWN_H100``)."""
+    return (
+        PublicCase("P9", "h100", "qwen3-14b", "0.24.0", ServingConfig(max_model_len=32768),
+                   _p9_runs(), vocab_size=32000, source=_OWN_H100,
+                   notes=("server A of issue22.sh: vLLM 0.24's defaults (CUDA graphs, "
+                          "torch.compile, async scheduling, chunked prefill, prefix caching)",
+                          "a02 (ShareGPT, warm) left out: its prompts repeated a01's (same "
+                          "seed), an 80 % prefix-cache hit")),
+        PublicCase("P10", "h100", "qwen3-14b", "0.24.0",
+                   ServingConfig(max_model_len=4096, kv_cache_memory_bytes=8 << 30), (
+            Run("512/256 x500 rate inf (KV over-subscribed)", _fixed(512, 256), 500,
+                (Check("request_throughput", 12.49), Check("median_tpot_ms", 20.30))),
+            Run("512/256 closed loop of 64", _fixed(512, 256), 200,
+                (Check("request_throughput", 11.17), Check("median_tpot_ms", 16.25)),
+                max_concurrency=64),
+        ), vocab_size=32000, source=_OWN_H100,
+            notes=("server B of issue22.sh: an 8 GiB KV cache",)),
     )
 
 
@@ -216,6 +288,7 @@ def _cases() -> tuple[PublicCase, ...]:
                    "intakes with streaming, which the simulator does not mirror")),
         PublicCase("P8", "h100", "llama-3.1-8b", "0.19.1", ServingConfig(), _p8_runs(),
                    source="vLLM blog 'fp8 KV cache' (2026-04-22)"),
+        *_own_cases(),
     )
 
 
@@ -236,10 +309,12 @@ def run_case(case: PublicCase, *, seed: int = 0) -> list[Outcome]:
                      simulator_version(case.version), engine=case.engine,
                      endpoint=case.endpoint)
     outcomes = []
+    run_vocab = case.vocab_size
     for run in case.runs:
-        requests = sample_requests(run.workload, run.num_requests, seed=seed,
-                                   vocab_size=resolved.arch.vocab_size)
-        sim = simulate(setup, requests, max_concurrency=run.max_concurrency)
+        requests = sample_requests(run.workload, run.num_requests,
+                                   seed=seed if run.seed is None else run.seed,
+                                   vocab_size=run_vocab or resolved.arch.vocab_size)
+        sim = simulate(setup, requests, max_concurrency=run.max_concurrency, warmup=run.warmup)
         if sim.status != "ok":
             raise AssertionError(f"{case.case_id} {run.label}: {sim.status}: {sim.cause}")
         result = compute_result(sim.records).to_dict()

@@ -234,3 +234,17 @@ def test_a_burst_of_chat_requests_waits_for_the_api_server_to_take_them_all() ->
     assert chat[-1] < 400 * intake + 0.05
     completions = ttfts("completions")
     assert completions[-1] < chat[0] / 3
+
+
+@pytest.mark.parametrize(("async_scheduling", "ttft"), [(False, 0.040), (True, 0.050)])
+def test_async_scheduling_frees_a_finished_requests_slot_one_pass_late(
+        async_scheduling: bool, ttft: float) -> None:
+    """Two slots: A finishes in step 3 while B runs on. In sync mode C is admitted to step 4;
+    with async scheduling step 4 is scheduled before step 3's outputs are processed, so A still
+    holds its slot and C starts in step 5 (vLLM's async scheduler)."""
+    requests = [req(0, 50, 3), req(1, 50, 20), req(2, 50, 2)]
+    run = simulate(setup(max_num_seqs=2, async_scheduling=async_scheduling), requests,
+                   model=STEP, warmup=0)
+    a, b, c = run.records
+    assert a.end_s == pytest.approx(0.030) and b.ok
+    assert c.ttft_s == pytest.approx(ttft)

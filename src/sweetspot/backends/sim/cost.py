@@ -19,14 +19,19 @@ Two models behind one interface (``StepTimeModel``):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Protocol
 
+from packaging.version import Version
+
+from sweetspot.engine.releases import FAST_KERNELS_SINCE
 from sweetspot.spec.hardware import Hardware
 from sweetspot.spec.model import ModelArch
 from sweetspot.spec.quant import Quantization
 
 __all__ = [
+    "LEGACY_ROOFLINE",
     "ROOFLINE",
     "LinearStepModel",
     "RooflineConstants",
@@ -35,6 +40,7 @@ __all__ = [
     "StepShape",
     "StepTime",
     "StepTimeModel",
+    "roofline_constants",
 ]
 
 
@@ -115,9 +121,29 @@ class RooflineConstants:
     request_intake_s: float = 2e-3
     # Draft-free speculation proposes on the CPU (ngram lookup per sequence).
     ngram_per_seq_s: float = 15e-6
+    # Use the GPU's own measured weight-streaming fraction (``Hardware.weight_streaming``)
+    # where the catalog has one: the same kernels reach a smaller share of a faster memory.
+    measured_streaming: bool = False
 
 
-ROOFLINE = RooflineConstants()
+# Releases before FAST_KERNELS_SINCE: the fractions fitted to the public 0.5-0.11 runs.
+LEGACY_ROOFLINE = RooflineConstants()
+# From FAST_KERNELS_SINCE: measured on an H100 with vLLM 0.24 (benchmarks/gpu/, 2026-12-07).
+# Kernels alone (kernels.py, PyTorch): a layer's four bf16 GEMMs at 0.66-0.72 of the peak from
+# 768 tokens up, weights streamed at 0.80-0.84 of HBM bandwidth below 64 tokens, causal
+# attention (cuDNN / FlashAttention 3 class) at 0.56-0.62 from 8K tokens. Whole steps of the
+# served model (Qwen3-14B shape, one prompt of 128-24,576 tokens, decode at 1-32 sequences)
+# fit GEMMs at 0.65 (norms, rotary and activations ride on them), weights at 0.82, attention
+# at 0.60; the front end's round trip 8 ms (a 128-token prompt's TTFT is 19.9 ms). The CPU's
+# 55 us a sequence is the H200 runs' (results-2026-12-02: 256 sequences decode CPU-bound).
+ROOFLINE = dataclasses.replace(
+    LEGACY_ROOFLINE, linear_mfu=0.65, attention_mfu=0.60, weight_bandwidth=0.82,
+    cpu_per_seq_s=55e-6, request_latency_s=8e-3, measured_streaming=True)
+
+
+def roofline_constants(version: Version) -> RooflineConstants:
+    """The constants of ``version``'s kernels (``releases.FAST_KERNELS_SINCE``)."""
+    return ROOFLINE if version >= FAST_KERNELS_SINCE else LEGACY_ROOFLINE
 
 
 class RooflineModel:
@@ -159,6 +185,10 @@ class RooflineModel:
         self._kv_bytes = (kv_bytes_per_token if kv_bytes_per_token is not None
                           else arch.kv_bytes_per_token("auto", self.tp))
         self._peak = self._linear_peak(hardware, quant)
+        streaming = constants.weight_bandwidth
+        if constants.measured_streaming and hardware.weight_streaming is not None:
+            streaming = hardware.weight_streaming
+        self._weight_bw = hardware.bandwidth_bytes_per_s * streaming
         self._draft = None
         if draft is not None:
             self._draft = RooflineModel(hardware, draft, draft.default_quantization(),
@@ -192,7 +222,7 @@ class RooflineModel:
         compute = (linear / self._peak
                    + attention / (hw.bf16_flops * c.attention_mfu)) / self.tp
         kv_tokens = shape.decode_context + shape.prefill_context
-        memory = (self._weights_read(tokens) / (hw.bandwidth_bytes_per_s * c.weight_bandwidth)
+        memory = (self._weights_read(tokens) / self._weight_bw
                   + kv_tokens * self._kv_bytes / (hw.bandwidth_bytes_per_s * c.kv_bandwidth))
         fixed = arch.num_layers * (c.eager_per_layer_s if self.enforce_eager else c.per_layer_s)
         comm = 0.0

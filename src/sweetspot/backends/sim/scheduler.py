@@ -60,6 +60,11 @@ class SchedulerConfig:
     # Admit a waiting request only when its whole sequence fits the free blocks, not just its
     # first chunk (vLLM's scheduler_reserve_full_isl, on by default from 0.19).
     reserve_full_isl: bool = False
+    # Async scheduling: the next step is scheduled before this one's outputs are processed, so
+    # a request that finishes holds its max_num_seqs slot and its KV blocks through one more
+    # scheduling pass (vLLM's async scheduler; the scheduler skips its extra decode when
+    # max_tokens is certain, so it costs no tokens).
+    lagged_release: bool = False
 
 
 @dataclass(slots=True)
@@ -87,6 +92,7 @@ class Scheduler:
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.finished: list[SimRequest] = []
+        self._lagging: list[tuple[SimRequest, int]] = []  # finished, blocks not yet freed
 
     def reset_stats(self) -> None:
         """Forget counters and finished requests (after a warm-up); caches stay warm."""
@@ -153,6 +159,8 @@ class Scheduler:
         running prefills take chunks (phase 2), then waiting requests are admitted (phase 3);
         V0: a step of whole prefills or of decodes (``_plan_v0``)."""
         cfg = self.cfg
+        if self._lagging and not self.running:  # an idle engine processed the outputs
+            self._release_lagging()
         dstep = self.dnext
         budget = cfg.max_num_batched_tokens
         preempted_before = self.preemptions
@@ -175,6 +183,8 @@ class Scheduler:
             if self.clock.num_decoding < num_decode_seqs:  # decodes preempted by prefills' blocks
                 num_decode_seqs = self.clock.num_decoding
 
+        if self._lagging:
+            self._release_lagging()
         if not prefills and not num_decode_seqs:
             return None
         shape = self._shape(dstep, prefills, num_decode_seqs)
@@ -291,7 +301,7 @@ class Scheduler:
         """Phase 3: admit waiting requests; returns the tokens they took from the budget."""
         cfg, pool, bs = self.cfg, self.pool, self.cfg.block_size
         used = 0
-        while budget - used > 0 and len(self.running) < cfg.max_num_seqs:
+        while budget - used > 0 and len(self.running) + len(self._lagging) < cfg.max_num_seqs:
             req = self.waiting.peek()
             if req is None:
                 break
@@ -364,7 +374,17 @@ class Scheduler:
 
     def _retire(self, req: SimRequest, computed: int) -> None:
         del self.running[req]
-        self.kv.release(req, computed, keep_outputs=False)
         req.state = DONE
-        req.hashes = req.prompt_hashes = None  # the cache map holds what is still needed
         self.finished.append(req)
+        if self.cfg.lagged_release:
+            self._lagging.append((req, computed))
+            return
+        self.kv.release(req, computed, keep_outputs=False)
+        req.hashes = req.prompt_hashes = None  # the cache map holds what is still needed
+
+    def _release_lagging(self) -> None:
+        """Free the slots and blocks of requests whose outputs were processed (async)."""
+        for req, computed in self._lagging:
+            self.kv.release(req, computed, keep_outputs=False)
+            req.hashes = req.prompt_hashes = None
+        self._lagging.clear()

@@ -20,7 +20,13 @@ import numpy as np
 from packaging.version import Version
 
 from sweetspot.backends.records import RequestRecord
-from sweetspot.backends.sim.cost import RooflineModel, ScaledSteps, StepShape, StepTimeModel
+from sweetspot.backends.sim.cost import (
+    RooflineModel,
+    ScaledSteps,
+    StepShape,
+    StepTimeModel,
+    roofline_constants,
+)
 from sweetspot.backends.sim.loop import EngineLoop
 from sweetspot.backends.sim.scheduler import Scheduler, SchedulerConfig
 from sweetspot.backends.sim.speculative import plan_speculation
@@ -163,7 +169,8 @@ def _roofline(setup: SimSetup, started: SimStart) -> StepTimeModel:
         kv_bytes_per_token=setup.arch.kv_bytes_per_token(config.kv_cache_dtype,
                                                          config.tensor_parallel_size),
         enforce_eager=bool(config.enforce_eager), draft=spec.draft,
-        cpu_drafting=spec.cpu_drafting, v0=started.v0)
+        cpu_drafting=spec.cpu_drafting, v0=started.v0,
+        constants=roofline_constants(setup.version))
 
 
 def _scheduler(started: SimStart, seed: int, version: Version) -> Scheduler:
@@ -185,6 +192,7 @@ def _scheduler(started: SimStart, seed: int, version: Version) -> Scheduler:
         v0=v0 and not chunked,
         multi_step=steps,
         reserve_full_isl=not v0 and version >= RESERVE_FULL_ISL_SINCE,
+        lagged_release=bool(config.async_scheduling) and not v0,
     )
     rng = np.random.default_rng(seed)
     return Scheduler(sched_cfg, spec.drawer(rng) if spec.k else None)
