@@ -21,6 +21,10 @@
 #             B (an 8 GiB KV cache, ~52k tokens, on either card):
 #               9. 512 in / 256 out, 600 at rate inf: KV over-subscription (item 6);
 #              10. the same in a closed loop of 64 (fits the cache): the reference.
+# BATCH=2 (start and batch): the second round instead: C, a Llama-3.1-8B-shaped model: the
+#   20000/200 closed loop at 4 and 8 (convoy, item 2), a ShareGPT burst with its own seed, the
+#   128/4 burst (the front end, item 4); D2048 and D16384, Qwen3-14B with those token budgets:
+#   random 4000/200 and one 8192-token prompt (prefill by chunk size, item 3).
 # Every run: sweetspot bench --json --detailed (vLLM's keys and every request's times) under
 # /tmp/i22/runs; the servers' logs beside. Results come back as one tarball.
 set -uo pipefail
@@ -30,6 +34,7 @@ export PYTHONPATH=/tmp/gpu-site:$PWD/src VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OF
 OUT=${OUT:-$PWD/gpu-out}
 D=/tmp/i22
 M=/tmp/qwen3-14b-dummy
+M8=/tmp/llama-8b-dummy
 W=benchmarks/gpu/i22
 PORT=8022
 LOGS="$D/batch.log"
@@ -39,8 +44,10 @@ mkdir -p "$OUT" "$D/runs"
 serve() {  # serve NAME OPTIONS...: start a server in the background, wait for /health
     local name=$1; shift
     echo "== server $name $(date -u +%T): $*"
-    setsid python3 -m vllm.entrypoints.openai.api_server --model "$M/model" \
-        --tokenizer "$M/tokenizer" --load-format dummy --port $PORT "$@" \
+    local m=${SERVE_MODEL:-$M}
+    [ "$name" = C ] && m=$M8
+    setsid python3 -m vllm.entrypoints.openai.api_server --model "$m/model" \
+        --tokenizer "$m/tokenizer" --load-format dummy --port $PORT "$@" \
         > "$D/runs/server-$name.log" 2>&1 < /dev/null &
     SERVER=$!
     local start=$SECONDS
@@ -135,6 +142,26 @@ batch() {
     echo "== batch done $(date -u +%T)"
 }
 
+batch2() {  # BATCH=2: the second round (2026-12-07): an 8B shape and the prefill chunk size
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    if serve C --max-model-len 32768; then  # M8: Llama-3.1-8B's shape
+        bench c01-closed-20000-c4 closed-20000-200 24 --concurrency 4
+        bench c02-closed-20000-c8 closed-20000-200 32 --concurrency 8
+        bench c03-sharegpt-inf sharegpt-228-202 600 --rate inf --seed 3
+        bench c04-random-128-4 random-128-4 600 --rate inf --seed 4
+        stop
+    fi
+    for mnbt in 2048 16384; do
+        if SERVE_MODEL=$M serve D$mnbt --max-model-len 32768 --max-num-batched-tokens $mnbt
+        then
+            bench d-$mnbt-random-4000-200 random-4000-200 60 --rate inf --seed 5
+            bench d-$mnbt-prefill-8192 prefill-8192 3 --concurrency 1 --warmup 0 --seed 8192
+            stop
+        fi
+    done
+    echo "== batch done $(date -u +%T)"
+}
+
 collect() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt"
     cp $D/batch.log "$OUT/" 2> /dev/null
@@ -147,8 +174,12 @@ case "${1:-}" in
     [ -f "$M/model/config.json" ] || python3 -m sweetspot.cli testing make-model "$M" \
         --layers 40 --hidden 5120 --heads 40 --kv-heads 8 --intermediate 17408 \
         --vocab 151936 --max-position 40960 --no-tie-embeddings > /dev/null
+    [ "${BATCH:-1}" = 2 ] && { [ -f "$M8/model/config.json" ] || python3 -m sweetspot.cli \
+        testing make-model "$M8" --layers 32 --hidden 4096 --heads 32 --kv-heads 8 \
+        --intermediate 14336 --vocab 128256 --max-position 131072 --no-tie-embeddings \
+        > /dev/null; }
     start_batch ;;
   wait) wait_batch ;;
-  batch) batch ;;
+  batch) if [ "${BATCH:-1}" = 2 ]; then batch2; else batch; fi ;;
   *) echo "usage: $0 start|wait"; exit 2 ;;
 esac

@@ -1,4 +1,5 @@
-"""The published vLLM measurements of ``public-cases.md`` (P1-P8), encoded for the simulator.
+"""The published vLLM measurements of ``public-cases.md`` (P1-P8) and our own GPU runs (P9-P11),
+encoded for the simulator.
 
 Each case: GPU, model, vLLM version, launch configuration (the version's defaults where the
 source states none, spelled out for the pre-V1 releases whose defaults differ from V1's), and
@@ -15,6 +16,7 @@ fixed lengths, as ``vllm bench serve --dataset-name random`` with its default ra
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -91,6 +93,8 @@ class Run:
     max_concurrency: int | None = None
     warmup: int = 1  # requests run before the clock starts (``sweetspot bench --warmup``)
     seed: int | None = None  # the run's sampling seed, where it was not the case's
+    fresh: bool = True  # the first run on a freshly started server (else it served others)
+    config: ServingConfig | None = None  # the run's own launch options, where not the case's
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +170,10 @@ _OWN_H100 = ("sweetspot's own runs: benchmarks/gpu/results-2026-12-07-issue22-h1
              "H100 SXM 80GB, Qwen3-14B-shaped dummy weights, sweetspot bench --detailed)")
 
 
+_OWN_H100_ROUND2 = ("sweetspot's own runs: benchmarks/gpu/results-2026-12-07-issue22-h100-round2 "
+                    "(vLLM 0.24.0, H100 SXM 80GB, dummy weights, sweetspot bench --detailed)")
+
+
 def _fixed(input_len: int, output_len: int, *, shared: int = 0) -> WorkloadSpec:
     """Fixed lengths; the first ``shared`` tokens the same in every prompt."""
     return validate_workload({
@@ -183,7 +191,8 @@ def _p9_runs() -> tuple[Run, ...]:
     prefill_ttft = {128: 19.93, 512: 30.07, 1024: 53.54, 2048: 99.04, 4096: 193.90,
                     8192: 389.18, 16384: 882.01, 24576: 1445.13}
     runs = [Run(f"one {n}-token prompt at a time", _fixed(n, 1), 4,
-                (Check("median_ttft_ms", ttft),), max_concurrency=1, warmup=0, seed=n)
+                (Check("median_ttft_ms", ttft),), max_concurrency=1, warmup=0, seed=n,
+                fresh=False)
             for n, ttft in prefill_ttft.items()]
     for conc, num, tput, tpot in ((1, 6, 89.73, 11.10), (8, 48, 684.80, 11.37),
                                   (32, 128, 2457.96, 12.11)):
@@ -192,7 +201,8 @@ def _p9_runs() -> tuple[Run, ...]:
                         max_concurrency=conc))
     runs += [
         Run("ShareGPT x500 rate inf, fresh server", sharegpt_like(228, 202), 500,
-            (Check("request_throughput", 24.08), Check("median_tpot_ms", 37.67)), warmup=0),
+            (Check("request_throughput", 24.08), Check("median_tpot_ms", 37.67),
+             Check("median_ttft_ms", 3205.35)), warmup=0),
         Run("random 2000/100 x150", _fixed(2000, 100), 150,
             (Check("request_throughput", 8.845), Check("median_ttft_ms", 6923.5))),
         Run("random 4000/200 x60", _fixed(4000, 200), 60,
@@ -228,6 +238,44 @@ def _own_cases() -> tuple[PublicCase, ...]:
                 max_concurrency=64),
         ), vocab_size=32000, source=_OWN_H100,
             notes=("server B of issue22.sh: an 8 GiB KV cache",)),
+        PublicCase("P11", "h200", "qwen2.5-7b", "0.24.0", ServingConfig(max_model_len=4096), tuple(
+            Run(f"512/256 x512 rate inf, {n} sequences", _fixed(512, 256), 512, checks,
+                seed=n, config=ServingConfig(max_model_len=4096, max_num_seqs=n))
+            for n, checks in (
+                (16, (Check("output_throughput", 2817.87), Check("median_tpot_ms", 5.07))),
+                (256, (Check("output_throughput", 10164.97), Check("median_tpot_ms", 20.94),
+                       Check("median_itl_ms", 15.94), Check("median_ttft_ms", 4681.83))))),
+            source="sweetspot's own runs: benchmarks/gpu/results-2026-12-02 (vLLM 0.24.0, "
+                   "H200 141GB, Qwen2.5-7B-shaped dummy weights, run_trials.sh)"),
+        PublicCase("P12", "h100", "llama-3.1-8b", "0.24.0", ServingConfig(max_model_len=32768), (
+            Run("20000/200 closed loop of 4", _fixed(20000, 200), 24,
+                (Check("request_throughput", 0.9312), Check("median_ttft_ms", 1165.74),
+                 Check("median_tpot_ms", 16.16)), max_concurrency=4),
+            Run("20000/200 closed loop of 8", _fixed(20000, 200), 32,
+                (Check("request_throughput", 1.081), Check("median_ttft_ms", 1279.3),
+                 Check("median_tpot_ms", 31.29)), max_concurrency=8, fresh=False),
+            Run("ShareGPT x600 rate inf", sharegpt_like(228, 202), 600,
+                (Check("request_throughput", 42.19), Check("median_tpot_ms", 34.03)), seed=3,
+                fresh=False),
+            Run("random 128/4 x600", _fixed(128, 4), 600, (Check("request_throughput", 251.5),),
+                seed=4, fresh=False),
+        ), vocab_size=32000, source=_OWN_H100_ROUND2,
+            notes=("server C of issue22.sh BATCH=2: a Llama-3.1-8B-shaped Qwen2 model",
+                   "measured after P9-P11 fixed the constants: a held-out check")),
+        PublicCase("P13", "h100", "qwen3-14b", "0.24.0", ServingConfig(max_model_len=32768), tuple(
+            run for budget, tput, ttft, prefill in ((2048, 3.66, 6069.81, 407.22),
+                                                    (16384, 3.846, 6049.37, 394.93))
+            for run in (
+                Run(f"random 4000/200 x60, {budget}-token steps", _fixed(4000, 200), 60,
+                    (Check("request_throughput", tput), Check("median_ttft_ms", ttft)), seed=5,
+                    config=ServingConfig(max_model_len=32768, max_num_batched_tokens=budget)),
+                Run(f"one 8192-token prompt, {budget}-token steps", _fixed(8192, 1), 3,
+                    (Check("median_ttft_ms", prefill),), max_concurrency=1, warmup=0,
+                    seed=8192, fresh=False,
+                    config=ServingConfig(max_model_len=32768, max_num_batched_tokens=budget)))),
+            vocab_size=32000, source=_OWN_H100_ROUND2,
+            notes=("servers D2048 and D16384 of issue22.sh BATCH=2",
+                   "measured after P9-P11 fixed the constants: a held-out check")),
     )
 
 
@@ -314,7 +362,9 @@ def run_case(case: PublicCase, *, seed: int = 0) -> list[Outcome]:
         requests = sample_requests(run.workload, run.num_requests,
                                    seed=seed if run.seed is None else run.seed,
                                    vocab_size=run_vocab or resolved.arch.vocab_size)
-        sim = simulate(setup, requests, max_concurrency=run.max_concurrency, warmup=run.warmup)
+        run_setup = setup if run.config is None else dataclasses.replace(setup, config=run.config)
+        sim = simulate(run_setup, requests, max_concurrency=run.max_concurrency,
+                       warmup=run.warmup, fresh=run.fresh)
         if sim.status != "ok":
             raise AssertionError(f"{case.case_id} {run.label}: {sim.status}: {sim.cause}")
         result = compute_result(sim.records).to_dict()

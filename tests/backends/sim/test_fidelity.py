@@ -1,5 +1,6 @@
 """The roofline simulator against every published measurement of public-cases.md (P1-P8) and
-sweetspot's own H100 runs (P9, P10: vLLM 0.24, benchmarks/gpu/results-2026-12-07-issue22-h100).
+sweetspot's own runs (P9, P10: H100, vLLM 0.24, benchmarks/gpu/results-2026-12-07-issue22-h100;
+P11: H200, vLLM 0.24, benchmarks/gpu/results-2026-12-02).
 
 Bounds from issue 22: median absolute error <= 8 % on throughputs and <= 12 % on latencies,
 no case off by more than 1.5x. The item tests below hold the H100 runs each item is about; the
@@ -22,7 +23,7 @@ def outcomes() -> list[Outcome]:
 
 
 def test_every_public_case_is_encoded() -> None:
-    assert [c.case_id for c in CASES] == [f"P{i}" for i in range(1, 11)]
+    assert [c.case_id for c in CASES] == [f"P{i}" for i in range(1, 14)]
 
 
 @pytest.mark.parametrize(("kind", "bound"), [("throughput", 0.08), ("latency", 0.12)])
@@ -38,7 +39,8 @@ def test_no_case_off_by_more_than_1_5x(outcomes: list[Outcome]) -> None:
 
 
 def _own(outcomes: list[Outcome], label_part: str, metric: str) -> list[Outcome]:
-    picked = [o for o in outcomes if o.case_id in ("P9", "P10") and label_part in o.run
+    picked = [o for o in outcomes if o.case_id in ("P9", "P10", "P11", "P12", "P13")
+              and label_part in o.run
               and o.metric == metric]
     assert picked, (label_part, metric)
     return picked
@@ -64,12 +66,62 @@ def test_item9_h100_decode_and_saturated_throughput(outcomes: list[Outcome]) -> 
                  *_own(outcomes, "random 4000/200", "request_throughput"),
                  *_own(outcomes, "shared", "request_throughput"),
                  *_own(outcomes, "512/256", "request_throughput")]
-    assert len(saturated) == 7
+    assert len(saturated) >= 7
     assert all(abs(o.error) <= 0.10 for o in saturated), [(o.run, o.error) for o in saturated]
 
 
-def test_item2_long_prompt_closed_loop(outcomes: list[Outcome]) -> None:
-    """20,000-token prompts, 200 out, 16 at a time: median TTFT and throughput within 15 %."""
+def test_item2_long_prompt_closed_loops(outcomes: list[Outcome]) -> None:
+    """20,000-token prompts, 200 out, in closed loops of 4, 8 (an 8B model) and 16 (14B): no
+    convoy doubling the median TTFT; it and the throughput within 15 %."""
     for metric in ("median_ttft_ms", "request_throughput"):
-        (row,) = _own(outcomes, "20000/200 closed loop of 16", metric)
-        assert abs(row.error) <= 0.15, (metric, row.error)
+        rows = _own(outcomes, "20000/200 closed loop of", metric)
+        assert len(rows) == 3
+        assert all(abs(o.error) <= 0.15 for o in rows), [(o.run, metric, o.error) for o in rows]
+
+
+def test_item3_token_budget_changes_prefill_little(outcomes: list[Outcome]) -> None:
+    """2,048- and 16,384-token steps (P13): one 8,192-token prompt in four chunks or one, and
+    saturated 4000/200 bursts: throughputs within 10 %, TTFTs within 12 %."""
+    rows = [*_own(outcomes, "-token steps", "median_ttft_ms"),
+            *_own(outcomes, "-token steps", "request_throughput")]
+    assert len(rows) == 6
+    off = [(o.run, o.metric, round(o.error, 3)) for o in rows
+           if abs(o.error) > (0.10 if o.kind == "throughput" else 0.12)]
+    assert not off, off
+
+
+def test_item5_a_fresh_server_without_warm_up(outcomes: list[Outcome]) -> None:
+    """500 ShareGPT requests at once on a server that had served nothing, no warm-up: its first
+    step also JIT-compiles (first tokens at 0.82 s, 0.18 s on the warm server)."""
+    rows = _own(outcomes, "fresh server", "median_ttft_ms") + _own(
+        outcomes, "fresh server", "request_throughput")
+    assert all(abs(o.error) <= 0.10 for o in rows), [(o.metric, o.error) for o in rows]
+
+
+def test_item6_an_over_subscribed_kv_cache(outcomes: list[Outcome]) -> None:
+    """500 requests at once into an 8 GiB cache (~100 fit) against a closed loop of 64 that
+    fits: both throughputs within 10 %, and the burst's gain over the loop (1.12x measured:
+    larger batches outweigh the queue) within 5 %."""
+    burst, = _own(outcomes, "KV over-subscribed", "request_throughput")
+    loop, = _own(outcomes, "512/256 closed loop of 64", "request_throughput")
+    assert abs(burst.error) <= 0.10 and abs(loop.error) <= 0.10
+    gain = (burst.predicted / loop.predicted) / (burst.measured / loop.measured)
+    assert abs(gain - 1) <= 0.05, gain
+
+
+def test_item7_prefix_caching_gain_at_high_hit_rates(outcomes: list[Outcome]) -> None:
+    """2,000-token prompts sharing 0, 1,000 or 1,800 tokens: each throughput within 10 % and
+    the 90 %-hit gain over no sharing (4.95x measured) within 10 %."""
+    rows = {o.run: o for o in _own(outcomes, "shared", "request_throughput")}
+    assert all(abs(o.error) <= 0.10 for o in rows.values()), rows
+    none, most = rows["2000/64 x200, 0 shared"], rows["2000/64 x200, 1800 shared"]
+    gain = (most.predicted / none.predicted) / (most.measured / none.measured)
+    assert abs(gain - 1) <= 0.10, gain
+
+
+def test_item8_small_batch_decode_on_h200(outcomes: list[Outcome]) -> None:
+    """16 sequences decoding on the H200: its weights stream at its own measured share of
+    4.8 TB/s (0.70, not the H100's 0.82): TPOT and throughput within 5 %."""
+    rows = [*_own(outcomes, "16 sequences", "median_tpot_ms"),
+            *_own(outcomes, "16 sequences", "output_throughput")]
+    assert all(abs(o.error) <= 0.05 for o in rows), [(o.metric, o.error) for o in rows]

@@ -248,3 +248,19 @@ def test_async_scheduling_frees_a_finished_requests_slot_one_pass_late(
     a, b, c = run.records
     assert a.end_s == pytest.approx(0.030) and b.ok
     assert c.ttft_s == pytest.approx(ttft)
+
+
+def test_a_fresh_server_without_warm_up_pays_its_start_up_on_the_first_step() -> None:
+    """vLLM 0.24 compiles a Triton kernel at its first request: a run with no warm-up on a
+    fresh server waits for it, one with a warm-up (or on a server that served before) not."""
+    requests = [req(i, 100, 4) for i in range(4)]
+    runs = {(warmup, fresh): simulate(
+        SimSetup(load_hardware("h100"), ARCH, ARCH.default_quantization(), ServingConfig(),
+                 Version("0.24.0")), requests, warmup=warmup, fresh=fresh)
+            for warmup, fresh in ((0, True), (1, True), (0, False))}
+    first = {k: min(r.ttft_s for r in run.records) for k, run in runs.items()}
+    assert first[(0, True)] - first[(0, False)] == pytest.approx(0.6, abs=0.01)
+    assert first[(1, True)] == pytest.approx(first[(0, False)], abs=0.01)
+    old = SimSetup(load_hardware("h100"), ARCH, ARCH.default_quantization(), ServingConfig(),
+                   Version("0.10.1"))  # not measured before 0.14: no transient
+    assert min(r.ttft_s for r in simulate(old, requests, warmup=0).records) < 0.2

@@ -124,6 +124,10 @@ class RooflineConstants:
     # Use the GPU's own measured weight-streaming fraction (``Hardware.weight_streaming``)
     # where the catalog has one: the same kernels reach a smaller share of a faster memory.
     measured_streaming: bool = False
+    # A fresh server's first step JIT-compiles what its start-up did not (vLLM 0.24 logs
+    # "Triton kernel JIT compilation during inference: _compute_slot_mapping_kernel" at its first
+    # request); a run with a warm-up request pays it there. 0: not measured for the release.
+    fresh_start_s: float = 0.0
 
 
 # Releases before FAST_KERNELS_SINCE: the fractions fitted to the public 0.5-0.11 runs.
@@ -136,9 +140,11 @@ LEGACY_ROOFLINE = RooflineConstants()
 # fit GEMMs at 0.65 (norms, rotary and activations ride on them), weights at 0.82, attention
 # at 0.60; the front end's round trip 8 ms (a 128-token prompt's TTFT is 19.9 ms). The CPU's
 # 55 us a sequence is the H200 runs' (results-2026-12-02: 256 sequences decode CPU-bound).
+# A fresh server's first step: the first tokens of a 500-request burst with no warm-up came at
+# 0.82 s, of the same burst on the warm server at 0.18 s (both a ~0.33 s step of 8,192 tokens).
 ROOFLINE = dataclasses.replace(
     LEGACY_ROOFLINE, linear_mfu=0.65, attention_mfu=0.60, weight_bandwidth=0.82,
-    cpu_per_seq_s=55e-6, request_latency_s=8e-3, measured_streaming=True)
+    cpu_per_seq_s=55e-6, request_latency_s=8e-3, measured_streaming=True, fresh_start_s=0.6)
 
 
 def roofline_constants(version: Version) -> RooflineConstants:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sweetspot.backends.records import RequestRecord
-from sweetspot.backends.sim.cost import StepShape, StepTimeModel
+from sweetspot.backends.sim.cost import StepShape, StepTime, StepTimeModel
 from sweetspot.backends.sim.frontend import CHAT_INTAKE_S, ApiServer
 from sweetspot.backends.sim.request import SimRequest
 from sweetspot.backends.sim.scheduler import Scheduler
@@ -59,8 +59,11 @@ class EngineLoop:
 
     def __init__(self, scheduler: Scheduler, model: StepTimeModel, *, async_scheduling: bool,
                  max_model_len: int, max_concurrency: int | None, trace: bool,
-                 offline: bool = False, endpoint: str = "completions") -> None:
+                 offline: bool = False, endpoint: str = "completions",
+                 first_step_extra_s: float = 0.0) -> None:
         self.scheduler, self.model = scheduler, model
+        # A fresh server's first step also compiles what its start-up did not (cost.py).
+        self._first_extra = first_step_extra_s
         self.async_scheduling = async_scheduling
         self.max_model_len = max_model_len
         self.limit = max_concurrency
@@ -109,14 +112,23 @@ class EngineLoop:
             self._window = (self._pending[0].scheduled_s, self._pending[-1].scheduled_s)
         self._dispatch(0.0)
         t = 0.0
+        ahead: float | None = None  # async: when the step now ending began (see below)
         while True:
-            self._admit(t)
+            # Async scheduling plans the next step while the current one runs: a request that
+            # reached the engine after the current step began waits for the step after next.
+            # An engine with nothing planned takes it as soon as it comes.
+            self._admit(t if ahead is None else ahead)
+            if not sched.has_work:
+                self._admit(t)
             if not sched.has_work:
                 if not self._upcoming:
                     break
                 t = self._upcoming.first_s()
+                ahead = None
                 continue
+            start = t
             t = self._step(t)
+            ahead = start if self.async_scheduling else None
             if self.steps > MAX_STEPS:
                 raise RuntimeError("simulation exceeded its step limit")
         return self._records(sched.finished + self._rejected)
@@ -171,6 +183,9 @@ class EngineLoop:
             raise RuntimeError("simulated scheduler made no progress")
         step = self.model.step_time(plan.shape, async_scheduling=self.async_scheduling,
                                     cpu_scheduled=plan.cpu_scheduled)
+        if self._first_extra:
+            step = StepTime(step.duration_s + self._first_extra, step.compute_bound)
+            self._first_extra = 0.0
         if self.trace:
             self.starts.append(t)
             self.durations.append(step.duration_s)

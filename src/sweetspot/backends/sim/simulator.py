@@ -208,6 +208,7 @@ def simulate(
     trace: bool = False,
     warmup: int = 1,
     step_factor: float = 1.0,
+    fresh: bool = True,
 ) -> SimRun:
     """Run ``requests`` through the simulated server ``setup`` describes.
 
@@ -216,18 +217,23 @@ def simulate(
     every step takes ``step_factor`` times the model's time (a fresh server's own speed).
     ``warmup`` copies of the first request run to completion before the clock starts, as the
     test prompt ``vllm bench serve`` sends first: its prompt then sits in the prefix cache.
+    ``fresh``: the server has served nothing before (without a warm-up its first step pays the
+    start-up transient, ``RooflineConstants.fresh_start_s``, with the catalog's step model);
+    False for a run on a server that served earlier runs.
     """
     started = start(setup)
     if started.status != "ok":
         return _failed(started.status, started.cause, started.config, started.memory)
     config = started.config
+    # The catalog's model carries a fresh server's start-up transient; a given model is as is.
+    fresh = fresh and model is None
     model = model or _roofline(setup, started)
     model = model if step_factor == 1.0 else ScaledSteps(model, step_factor)
     collecting = gc.isenabled()
     gc.disable()  # the run allocates millions of small objects and frees none: skip GC passes
     try:
         records, facts, step_trace = _run(setup, started, requests, model, max_concurrency,
-                                          seed, trace, warmup)
+                                          seed, trace, warmup, fresh)
     finally:
         # Back on once the engine's own objects have gone with _run's frame: the collection
         # that follows scans the run's records, not every request's scheduler state.
@@ -237,19 +243,23 @@ def simulate(
 
 
 def _run(setup: SimSetup, started: SimStart, requests: Sequence[Request], model: StepTimeModel,
-         max_concurrency: int | None, seed: int, trace: bool, warmup: int
+         max_concurrency: int | None, seed: int, trace: bool, warmup: int, fresh: bool
          ) -> tuple[tuple[RequestRecord, ...], SimFacts, StepTrace | None]:
     """The warm-up, then the run: its records, the server's facts and the step trace."""
     config = started.config
     scheduler = _scheduler(started, seed, setup.version)
 
-    def new_loop(limit: int | None, keep_trace: bool) -> EngineLoop:
+    def new_loop(limit: int | None, keep_trace: bool, first_extra: float = 0.0) -> EngineLoop:
         return EngineLoop(scheduler, model,
                      async_scheduling=bool(config.async_scheduling) and not started.v0,
                      max_model_len=config.max_model_len, max_concurrency=limit, trace=keep_trace,
-                     offline=setup.offline, endpoint=setup.endpoint)
+                     offline=setup.offline, endpoint=setup.endpoint,
+                     first_step_extra_s=first_extra)
 
     warmups = warmup if requests else 0
+    # A run without warm-up on a fresh server pays the kernels its start-up did not compile.
+    transient = 0.0 if warmups or not fresh or setup.hardware.is_cpu else roofline_constants(
+        setup.version).fresh_start_s
     scheduler.kv.expect([requests[0].prompt_token_ids] * warmups
                         + [r.prompt_token_ids for r in requests])
     if warmups:
@@ -257,7 +267,7 @@ def _run(setup: SimSetup, started: SimStart, requests: Sequence[Request], model:
         new_loop(1, False).run([dataclasses.replace(first, request_id=-1 - i)
                                 for i in range(warmup)])
         scheduler.reset_stats()
-    loop = new_loop(max_concurrency, trace)
+    loop = new_loop(max_concurrency, trace, transient)
     records = loop.run(requests)
     step_trace = None
     if trace:
