@@ -121,7 +121,9 @@ def test_item7_prefix_caching_gain_at_high_hit_rates(outcomes: list[Outcome]) ->
 
 def test_item8_small_batch_decode_on_h200(outcomes: list[Outcome]) -> None:
     """16 sequences decoding on the H200: its weights stream at its own measured share of
-    4.8 TB/s (0.70, not the H100's 0.82): TPOT and throughput within 5 %."""
+    4.8 TB/s (0.70, not the H100's 0.82, which makes TPOT 12.6 % too fast): TPOT and
+    throughput within 5 %. Not failing before this work (-1.6 % there): the issue's held-back
+    H200 cases, 5-12 % too fast, are not like this run; the test guards the H200's own share."""
     rows = [*_own(outcomes, "16 sequences", "median_tpot_ms"),
             *_own(outcomes, "16 sequences", "output_throughput")]
     assert all(abs(o.error) <= 0.05 for o in rows), [(o.metric, o.error) for o in rows]
