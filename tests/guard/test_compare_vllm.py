@@ -40,6 +40,7 @@ def _workload(tmp_path: Path) -> Path:
 
 
 @pytest.mark.vllm
+@pytest.mark.serial  # a measured verdict: the other workers' load once made B's lead undecided
 def test_two_servers_get_the_verdict_the_simulator_predicts(vllm_python: Path, heavy: TinyModel,
                                                             tmp_path: Path) -> None:
     workload = _workload(tmp_path)
