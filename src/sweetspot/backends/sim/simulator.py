@@ -226,14 +226,16 @@ def simulate(
         return _failed(started.status, started.cause, started.config, started.memory)
     config = started.config
     # The catalog's model carries a fresh server's start-up transient; a given model is as is.
-    fresh = fresh and model is None
+    transient = 0.0
+    if fresh and model is None and not setup.hardware.is_cpu:
+        transient = roofline_constants(setup.version).fresh_start_s
     model = model or _roofline(setup, started)
     model = model if step_factor == 1.0 else ScaledSteps(model, step_factor)
     collecting = gc.isenabled()
     gc.disable()  # the run allocates millions of small objects and frees none: skip GC passes
     try:
         records, facts, step_trace = _run(setup, started, requests, model, max_concurrency,
-                                          seed, trace, warmup, fresh)
+                                          seed, trace, warmup, transient)
     finally:
         # Back on once the engine's own objects have gone with _run's frame: the collection
         # that follows scans the run's records, not every request's scheduler state.
@@ -243,9 +245,10 @@ def simulate(
 
 
 def _run(setup: SimSetup, started: SimStart, requests: Sequence[Request], model: StepTimeModel,
-         max_concurrency: int | None, seed: int, trace: bool, warmup: int, fresh: bool
+         max_concurrency: int | None, seed: int, trace: bool, warmup: int, transient: float
          ) -> tuple[tuple[RequestRecord, ...], SimFacts, StepTrace | None]:
-    """The warm-up, then the run: its records, the server's facts and the step trace."""
+    """The warm-up, then the run: its records, the server's facts and the step trace. A run
+    without warm-up pays ``transient`` (a fresh server's start-up) on its first step."""
     config = started.config
     scheduler = _scheduler(started, seed, setup.version)
 
@@ -257,9 +260,6 @@ def _run(setup: SimSetup, started: SimStart, requests: Sequence[Request], model:
                      first_step_extra_s=first_extra)
 
     warmups = warmup if requests else 0
-    # A run without warm-up on a fresh server pays the kernels its start-up did not compile.
-    transient = 0.0 if warmups or not fresh or setup.hardware.is_cpu else roofline_constants(
-        setup.version).fresh_start_s
     scheduler.kv.expect([requests[0].prompt_token_ids] * warmups
                         + [r.prompt_token_ids for r in requests])
     if warmups:
@@ -267,7 +267,7 @@ def _run(setup: SimSetup, started: SimStart, requests: Sequence[Request], model:
         new_loop(1, False).run([dataclasses.replace(first, request_id=-1 - i)
                                 for i in range(warmup)])
         scheduler.reset_stats()
-    loop = new_loop(max_concurrency, trace, transient)
+    loop = new_loop(max_concurrency, trace, 0.0 if warmups else transient)
     records = loop.run(requests)
     step_trace = None
     if trace:
