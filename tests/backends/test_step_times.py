@@ -1,10 +1,10 @@
-"""The simulator's compact token times read as the tuple they stand for, and pool as
-``np.fromiter(chain(...))`` would."""
+"""The simulator's compact token times read as the tuple they stand for, and many of them over
+one array read as arrays with each step counted."""
 
 from __future__ import annotations
 
 import pickle
-from itertools import chain, pairwise
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -32,11 +32,19 @@ def test_reads_compares_hashes_and_pickles_as_its_tuple() -> None:
     assert record.itls_s == tuple(b - a for a, b in pairwise(plain))
 
 
-def test_pool_gathers_what_chaining_them_gives() -> None:
-    seqs = [StepTimes(0.25, STEPS, 3, 9), StepTimes(1.0, STEPS, 9, 9),
-            StepTimes(2.0, STEPS, 0, 4), StepTimes(7.0, STEPS, 50, 51)]
-    pooled = StepTimes.pool(seqs)
-    assert pooled is not None
-    assert np.array_equal(pooled, np.fromiter(chain.from_iterable(seqs), float))
-    assert StepTimes.pool([*seqs, (1.0, 2.0)]) is None  # a tuple among them: chain instead
-    assert StepTimes.pool([StepTimes(0.0, STEPS.copy(), 0, 2), *seqs]) is None
+def test_spans_read_the_members_over_one_array_and_count_each_step() -> None:
+    seqs = [StepTimes(0.25, STEPS, 3, 9), (1.0, 2.0), StepTimes(1.0, STEPS, 9, 9),
+            StepTimes(0.0, STEPS.copy(), 0, 2), StepTimes(2.0, STEPS, 0, 4),
+            StepTimes(7.0, STEPS, 50, 51)]
+    spans = StepTimes.spans(seqs)
+    assert spans is not None and spans.steps is STEPS
+    assert spans.index.tolist() == [0, 2, 4, 5]  # the tuple and the other array's are left
+    assert spans.first.tolist() == [0.25, 1.0, 2.0, 7.0]
+    members = [seqs[i] for i in spans.index]
+    # Each step's time as often as the members carry it, each gap as often as they span it.
+    at_step = [sum(STEPS[k] in tuple(m)[1:] for m in members) for k in range(STEPS.size)]
+    assert spans.step_counts().tolist() == at_step
+    between = [sum(STEPS[k] in tuple(m)[1:] and STEPS[k + 1] in tuple(m)[1:] for m in members)
+               for k in range(STEPS.size - 1)]
+    assert spans.step_counts(gaps=True).tolist() == between
+    assert StepTimes.spans([(1.0, 2.0), (3.0,)]) is None

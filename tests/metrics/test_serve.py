@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import math
 import random
@@ -5,11 +6,19 @@ import statistics
 
 import numpy as np
 import pytest
+from packaging.version import Version
 
 import sweetspot.metrics
 from sweetspot import SweetspotError
 from sweetspot.backends.records import RequestRecord
+from sweetspot.backends.sim import SimSetup, simulate
+from sweetspot.backends.step_times import StepTimes
 from sweetspot.metrics import BenchResult, compute_result
+from sweetspot.spec.hardware import load_hardware
+from sweetspot.spec.knobs import ServingConfig
+from sweetspot.spec.model import load_model
+from sweetspot.spec.quant import load_quantization
+from sweetspot.spec.requests import Request
 
 VLLM_KEYS = [
     "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
@@ -285,9 +294,9 @@ def test_public_names_are_exported_and_sorted():
 
 @pytest.mark.parametrize("slice_size", [1, 3, 7, 1 << 20])
 def test_itls_are_computed_in_place_as_the_gaps_within_requests(monkeypatch, slice_size):
-    from sweetspot.metrics import serve
+    from sweetspot.metrics import chunks as module
 
-    monkeypatch.setattr(serve, "_PEAK_SLICE", slice_size)
+    monkeypatch.setattr(module, "_SLICE", slice_size)
     rng = np.random.default_rng(5)
     counts = rng.integers(1, 6, size=40)
     chunks = np.cumsum(rng.random(int(counts.sum())))
@@ -295,4 +304,55 @@ def test_itls_are_computed_in_place_as_the_gaps_within_requests(monkeypatch, sli
     within = np.ones(chunks.size - 1, dtype=bool)
     within[first[1:] - 1] = False
     expected = np.diff(chunks)[within]
-    assert np.array_equal(serve._gaps_within(chunks.copy(), first), expected)
+    assert np.array_equal(module.gaps_within(chunks.copy(), first), expected)
+
+
+def _as_plain(record: RequestRecord) -> RequestRecord:
+    return dataclasses.replace(record, chunk_times_s=tuple(record.chunk_times_s))
+
+
+@pytest.mark.parametrize("kv_mib", [None, 48])
+def test_simulated_token_times_summarise_as_their_written_out_tuples(kv_mib):
+    """The simulator's records share one array of decode-step times (``StepTimes``): counted
+    per step they give the numbers the same times written out give -- percentiles and medians
+    bit for bit, means and deviations to rounding -- with and without preemption (whose
+    records are plain tuples among them)."""
+    arch = load_model("qwen2.5-0.5b").arch
+    config = ServingConfig(max_num_seqs=64, max_model_len=2048,
+                           kv_cache_memory_bytes=None if kv_mib is None else kv_mib << 20)
+    setup = SimSetup(load_hardware("a100-80gb"), arch, load_quantization("bf16"), config,
+                     Version("0.24.0"))
+    rng = np.random.default_rng(3)
+    requests = [Request(i, 0.0, tuple(range(int(n))), int(m)) for i, (n, m) in enumerate(
+        zip(rng.integers(8, 900, 400), rng.integers(1, 300, 400), strict=True))]
+    run = simulate(setup, requests)
+    assert run.status == "ok"
+    kinds = {type(r.chunk_times_s) for r in run.records}
+    assert StepTimes in kinds and tuple in kinds  # one-token answers, preempted requests
+    assert (run.facts.preemptions > 0) == (kv_mib is not None)
+    counted = compute_result(run.records, percentiles=(0, 25, 50, 90, 99.9, 100)).to_dict()
+    written = compute_result([_as_plain(r) for r in run.records],
+                             percentiles=(0, 25, 50, 90, 99.9, 100)).to_dict()
+    assert counted.keys() == written.keys()
+    for key, value in written.items():
+        if key.startswith(("mean_itl", "std_itl")):
+            assert counted[key] == pytest.approx(value, rel=1e-12), key
+        else:
+            assert counted[key] == value, key
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 10, 101, 1000])
+def test_sample_statistics_are_numpys_bit_for_bit(n):
+    from sweetspot.metrics.sample import Sample
+
+    rng = np.random.default_rng(n)
+    values = rng.lognormal(-3, 1.5, n)
+    counts = rng.integers(1, 5, n)
+    written = np.repeat(values, counts)
+    qs = [0, 1, 25, 50, 90, 95, 99, 99.9, 100]
+    for sample, plain in ((Sample(values.copy()), values), (Sample(values, counts), written)):
+        assert sample.quantiles(qs).tolist() == np.percentile(plain, qs).tolist()
+        assert sample.median() == np.median(plain)
+        mean, std = sample.mean_std()
+        assert mean == pytest.approx(np.mean(plain), rel=1e-13)
+        assert std == pytest.approx(np.std(plain), rel=1e-12)

@@ -7,19 +7,21 @@ run. ``StepTimes`` keeps the first time and the run's bounds instead of a tuple 
 ShareGPT-like requests hold 18 million token times: 144 MB of tuple slots, and a pass over 18
 million Python floats wherever they are pooled). It reads as the tuple it stands for: it
 iterates and indexes to floats (a slice is a tuple), compares and hashes as that tuple, and
-pickles as one. ``pool`` gathers many at once, for the metrics.
+pickles as one. ``spans`` reads many at once as arrays, for the metrics: they count each step's
+time once with its multiplicity instead of pooling 18 million copies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from itertools import chain
 from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["StepTimes"]
+__all__ = ["Spans", "StepTimes"]
 
 Floats = npt.NDArray[np.float64]
 
@@ -79,23 +81,41 @@ class StepTimes(Sequence[float]):
         return (tuple, (tuple(self),))  # elsewhere it is a plain tuple, not the whole run
 
     @staticmethod
-    def pool(seqs: Sequence[Sequence[float]]) -> Floats | None:
-        """Every time of ``seqs``, end to end, as ``np.fromiter(chain(*seqs))`` would give
-        them; None unless all are ``StepTimes`` over one shared array."""
-        if not seqs or not all(type(s) is StepTimes for s in seqs):
+    def spans(seqs: Sequence[Sequence[float]]) -> Spans | None:
+        """The members of ``seqs`` that are ``StepTimes`` over the first one's shared array, as
+        arrays (their positions in ``seqs``, first times, run bounds); None if there is none."""
+        steps = next((s._steps for s in seqs if type(s) is StepTimes), None)
+        if steps is None:
             return None
-        steps = seqs[0]._steps  # type: ignore[attr-defined]
-        if any(s._steps is not steps for s in seqs):  # type: ignore[attr-defined]
-            return None
-        n = len(seqs)
-        first = np.fromiter((s._first for s in seqs), np.float64, n)  # type: ignore[attr-defined]
-        start = np.fromiter((s._start for s in seqs), np.int64, n)  # type: ignore[attr-defined]
-        stop = np.fromiter((s._stop for s in seqs), np.int64, n)  # type: ignore[attr-defined]
-        sizes = stop - start + 1
-        heads = np.cumsum(sizes) - sizes  # where each sequence's first time goes
-        out = np.empty(int(sizes.sum()), dtype=np.float64)
-        out[heads] = first
-        # Each run is one slice copy: no index arrays as long as the times themselves.
-        for at, lo, hi in zip((heads + 1).tolist(), start.tolist(), stop.tolist(), strict=True):
-            out[at:at + hi - lo] = steps[lo:hi]
-        return out
+        members = [(i, s) for i, s in enumerate(seqs)
+                   if type(s) is StepTimes and s._steps is steps]
+        n = len(members)
+        return Spans(
+            steps,
+            np.fromiter((i for i, _ in members), np.intp, n),
+            np.fromiter((s._first for _, s in members), np.float64, n),
+            np.fromiter((s._start for _, s in members), np.intp, n),
+            np.fromiter((s._stop for _, s in members), np.intp, n),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Spans:
+    """Many ``StepTimes`` over one shared array (``StepTimes.spans``): member ``j`` is
+    ``seqs[index[j]]``, its times ``first[j]`` then ``steps[start[j]:stop[j]]``."""
+
+    steps: Floats
+    index: npt.NDArray[np.intp]
+    first: Floats
+    start: npt.NDArray[np.intp]
+    stop: npt.NDArray[np.intp]
+
+    def step_counts(self, *, gaps: bool = False) -> npt.NDArray[np.int64]:
+        """How many members have a time at each step (``steps[k]``); with ``gaps``, how many
+        have the gap from step k to step k + 1 (times at both)."""
+        start, stop = self.start, self.stop - 1 if gaps else self.stop
+        kept = stop > start
+        size = self.steps.size + 1
+        opened = np.bincount(start[kept], minlength=size)
+        closed = np.bincount(stop[kept], minlength=size)
+        return np.cumsum(opened - closed)[:self.steps.size - 1 if gaps else self.steps.size]

@@ -28,14 +28,14 @@ import numbers
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 import numpy as np
 
 from sweetspot._errors import SweetspotError
 from sweetspot.backends.records import RequestRecord
-from sweetspot.backends.step_times import StepTimes
+from sweetspot.metrics.chunks import Chunks
+from sweetspot.metrics.sample import Sample
 
 __all__ = [
     "LATENCY_NAMES",
@@ -66,23 +66,20 @@ class LatencyStats:
     percentiles_ms: tuple[tuple[float, float], ...]  # (percentile, value), in the order asked
 
     @classmethod
-    def of(cls, values_s: np.ndarray, percentiles: Sequence[float], *,
-           scratch: bool = False) -> LatencyStats:
-        """``scratch``: the caller will not read ``values_s`` again, so it may be reordered."""
-        # vLLM summarises `values or 0`: an empty list becomes the scalar 0.
-        x: Any = values_s if values_s.size else 0
-        mean, std = np.mean(x), np.std(x)
-        # Percentiles and median depend only on order statistics: numpy finds them by
-        # partitioning, so one copy partitioned in place serves both (the median's partition
-        # of an already partitioned copy is quick; a million ITLs took 40 ms, now 25).
-        work = x if scratch and values_s.size else np.array(x)
-        pcts = (np.percentile(work, list(percentiles), overwrite_input=True) * _MS_PER_S
-                if percentiles else ())
+    def of(cls, values_s: np.ndarray | Sample, percentiles: Sequence[float]) -> LatencyStats:
+        """The summary of ``values_s`` (seconds; a ``Sample`` counts each value its times).
+        A ``Sample`` may be reordered in place."""
+        sample = values_s if isinstance(values_s, Sample) else Sample(np.array(values_s))
+        if not sample.size:  # vLLM summarises `values or 0`: an empty list becomes the scalar 0
+            sample = Sample(np.zeros(1))
+        mean, std = sample.mean_std()
+        pcts = sample.quantiles(percentiles) if percentiles else ()
         return cls(
             mean_ms=float(mean * _MS_PER_S),
-            median_ms=float(np.median(work, overwrite_input=True) * _MS_PER_S),
+            median_ms=float(sample.median() * _MS_PER_S),
             std_ms=float(std * _MS_PER_S),
-            percentiles_ms=tuple((p, float(v)) for p, v in zip(percentiles, pcts, strict=True)),
+            percentiles_ms=tuple((p, float(v * _MS_PER_S))
+                                 for p, v in zip(percentiles, pcts, strict=True)),
         )
 
 
@@ -234,10 +231,11 @@ def compute_result(
         max_concurrent_requests=peak_requests,
         ttft=LatencyStats.of(t.ttft_s, qs),
         tpot=LatencyStats.of(t.tpot_s, qs),
-        itl=LatencyStats.of(t.itl_s, qs, scratch=True),  # the largest: no copy
+        itl=LatencyStats.of(t.itl_s, qs),
         e2el=LatencyStats.of(t.e2el_s, qs),
         mean_client_lag_ms=float(np.mean(lag_or_0) * _MS_PER_S),
-        p99_client_lag_ms=float(np.percentile(lag_or_0, 99) * _MS_PER_S),
+        p99_client_lag_ms=float(Sample(np.array(lag_or_0, ndmin=1)).quantiles([99])[0]
+                                * _MS_PER_S),
         max_client_lag_ms=float(np.max(lag_or_0) * _MS_PER_S),
         slos_ms=slos_ms,
     )
@@ -253,7 +251,7 @@ class _Timings:
     e2el_s: np.ndarray
     tpot_s: np.ndarray  # outputs of more than one token only
     tpot_or_0_s: np.ndarray  # every request, 0 for a one-token output (as goodput counts it)
-    itl_s: np.ndarray  # per chunk gap within a request, pooled
+    itl_s: Sample  # every gap between consecutive chunks of a request
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     peak_chunks: float  # most chunks in one second (``_peaks``)
@@ -265,44 +263,19 @@ class _Timings:
         sent = np.fromiter((r.sent_s for r in ok), float, n_ok)
         end = np.fromiter((r.end_s for r in ok), float, n_ok)
         prompt = np.fromiter((r.prompt_tokens for r in ok), np.int64, n_ok)
-        n_chunks = np.fromiter((len(r.chunk_times_s) for r in ok), np.int64, n_ok)
         reported = np.fromiter((r.output_tokens for r in ok), np.int64, n_ok)
-        output = np.where(reported > 0, reported, n_chunks)  # vLLM: `if not output_len`: recount
-        chunks = StepTimes.pool([r.chunk_times_s for r in ok])  # the simulator's, at once
-        if chunks is None:
-            chunks = np.fromiter(
-                chain.from_iterable(r.chunk_times_s for r in ok), float, int(n_chunks.sum())
-            )
-        first = np.cumsum(n_chunks) - n_chunks  # index of each request's first chunk
-        ttft = chunks[first] - sent
+        chunks = Chunks.of([r.chunk_times_s for r in ok])
+        output = np.where(reported > 0, reported, chunks.per_request)  # vLLM: recount if 0
+        ttft = chunks.first - sent
         e2el = end - sent
-        peak_chunks, peak_requests = _peaks(sent, sent + e2el, chunks)
-        itl = _gaps_within(chunks, first)  # over ``chunks``: it is not read again
+        peak_chunks, peak_requests = _peaks(sent, sent + e2el, chunks.times)
         multi = output > 1
         tpot = (e2el[multi] - ttft[multi]) / (output[multi] - 1)
         tpot_all = np.zeros(n_ok)  # one-token outputs count TPOT 0 for goodput
         tpot_all[multi] = tpot
         return cls(sent_s=sent, ttft_s=ttft, e2el_s=e2el, tpot_s=tpot, tpot_or_0_s=tpot_all,
-                   itl_s=itl, prompt_tokens=prompt, output_tokens=output,
+                   itl_s=chunks.gaps, prompt_tokens=prompt, output_tokens=output,
                    peak_chunks=peak_chunks, peak_requests=peak_requests)
-
-
-def _gaps_within(chunks: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """``np.diff(chunks)`` less the gap from each request's last chunk to the next one's first
-    (``first``: where each request's chunks start), written over ``chunks`` itself a slice at a
-    time: 18 million chunk times would otherwise take two more arrays of their size. A slice
-    reads ``chunks[lo:hi + 1]`` and writes at or before ``lo``, so nothing is overwritten
-    before it is read."""
-    across = first[1:] - 1  # positions of the gaps between requests, ascending
-    written = 0
-    for lo in range(0, max(chunks.size - 1, 0), _PEAK_SLICE):
-        hi = min(lo + _PEAK_SLICE, chunks.size - 1)
-        gaps = chunks[lo + 1:hi + 1] - chunks[lo:hi]
-        cut = across[np.searchsorted(across, lo):np.searchsorted(across, hi)] - lo
-        kept = np.delete(gaps, cut) if cut.size else gaps
-        chunks[written:written + kept.size] = kept
-        written += kept.size
-    return chunks[:written]
 
 
 def _count_good(t: _Timings, slos_ms: Sequence[tuple[str, float]]) -> int:
@@ -318,10 +291,9 @@ def _rate(count: float, duration_s: float) -> float:
     return count / duration_s if duration_s > 0 else 0.0
 
 
-_PEAK_SLICE = 1 << 20  # chunk times bucketed at a time
 
 
-def _peaks(sent: np.ndarray, ends: np.ndarray, chunks: np.ndarray) -> tuple[float, int]:
+def _peaks(sent: np.ndarray, ends: np.ndarray, chunks: Sample) -> tuple[float, int]:
     """vLLM's per-second buckets from the earliest successful send: (most chunks, most requests).
 
     Bucket indices truncate toward zero, as vLLM's ``int()``; a request occupies every bucket from
@@ -331,12 +303,10 @@ def _peaks(sent: np.ndarray, ends: np.ndarray, chunks: np.ndarray) -> tuple[floa
         return 0.0, 0
     t0 = sent.min()
     n_buckets = int(np.ceil(ends.max() - t0)) + 1
-    per_bucket = np.zeros(n_buckets, dtype=np.int64)
-    for lo in range(0, chunks.size, _PEAK_SLICE):  # a slice at a time: small temporaries
-        bucket = (chunks[lo:lo + _PEAK_SLICE] - t0).astype(np.int64)
-        if bucket.min() < 0 or bucket.max() >= n_buckets:  # chunks outside the window
-            bucket = bucket[(bucket >= 0) & (bucket < n_buckets)]
-        per_bucket += np.bincount(bucket, minlength=n_buckets)
+    bucket = (chunks.values - t0).astype(np.int64)
+    inside = (bucket >= 0) & (bucket < n_buckets)  # chunks outside the window are not counted
+    weights = None if chunks.counts is None else chunks.counts[inside]
+    per_bucket = np.bincount(bucket[inside], weights=weights, minlength=n_buckets)
     opened = np.bincount((sent - t0).astype(np.int64), minlength=n_buckets + 1)
     closed = np.bincount((ends - t0).astype(np.int64) + 1, minlength=n_buckets + 1)
     active = np.cumsum(opened - closed)[:n_buckets]
