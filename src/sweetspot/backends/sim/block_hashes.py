@@ -20,6 +20,7 @@ tokens are unique to their request and are hashed where they fill (``hash_chain`
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
@@ -30,7 +31,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from sweetspot.backends.sim.request import SimRequest
 from sweetspot.spec.token_ids import TokenIds
 
-__all__ = ["expect_prompts", "hash_chain", "index_prompts", "prompt_block_hashes"]
+__all__ = ["Expected", "expect_prompts", "hash_chain", "index_prompts", "prompt_block_hashes"]
 
 U64 = npt.NDArray[np.uint64]
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -44,31 +45,51 @@ def _mix(z: U64) -> U64:
 
 
 def prompt_block_hashes(prompts: Sequence[Sequence[int]], block_size: int) -> list[U64]:
-    """For each prompt, the hashes of its full blocks (``len // block_size`` of them)."""
+    """For each prompt, the hashes of its full blocks (``len // block_size`` of them): views of
+    one array (``_run_hashes``)."""
+    hashes, ends = _run_hashes(prompts, block_size)
+    return [hashes[a:b] for a, b in pairwise([0, *ends.tolist()])]
+
+
+def _run_hashes(prompts: Sequence[Sequence[int]], block_size: int
+                ) -> tuple[U64, npt.NDArray[np.int64]]:
+    """Every prompt's full-block hashes end to end, and where each prompt's end; filled a
+    group of prompts at a time (the temporaries stay a few MB whatever the run's size: 100,000
+    prompts hold 1.25 million blocks)."""
     lengths = np.fromiter((len(p) for p in prompts), dtype=np.int64, count=len(prompts))
     blocks = lengths // block_size
+    ends = np.cumsum(blocks)  # each prompt's blocks end here in the run's
     if not blocks.any():
-        return [np.empty(0, dtype=np.uint64) for _ in prompts]
+        return np.empty(0, dtype=np.uint64), ends
     ids, starts = _token_array(prompts, lengths)
-    owner = np.repeat(np.arange(len(prompts)), blocks)  # the prompt of each block
+    windows = sliding_window_view(ids, block_size)
+    multipliers = _mix(np.arange(1, block_size + 1, dtype=np.uint64) * GOLDEN) | np.uint64(1)
+    hashes = np.empty(int(ends[-1]), dtype=np.uint64)
+    lo = 0
+    while lo < len(prompts):
+        done = int(ends[lo - 1]) if lo else 0
+        hi = max(lo + 1, int(np.searchsorted(ends, done + _CHUNK, side="right")))
+        if ends[hi - 1] > done:
+            hashes[done:ends[hi - 1]] = _group_hashes(windows, starts[lo:hi], blocks[lo:hi],
+                                                      block_size, multipliers)
+        lo = hi
+    return hashes, ends
+
+
+def _group_hashes(windows: npt.NDArray[Any], starts: npt.NDArray[np.int64],
+                  blocks: npt.NDArray[np.int64], block_size: int, multipliers: U64) -> U64:
+    """The block hashes of a group of prompts (at least one block among them), end to end."""
+    owner = np.repeat(np.arange(len(blocks)), blocks)  # the prompt of each block
     first_block = np.cumsum(blocks) - blocks
     index = np.arange(len(owner)) - first_block[owner]  # each block's index in its prompt
-    block_starts = starts[owner] + index * block_size
-    multipliers = _mix(np.arange(1, block_size + 1, dtype=np.uint64) * GOLDEN) | np.uint64(1)
-    windows = sliding_window_view(ids, block_size)
-    sums = np.empty(len(owner), dtype=np.uint64)
-    for lo in range(0, len(owner), _CHUNK):  # in chunks: the uint64 products stay small
-        sums[lo:lo + _CHUNK] = (windows[block_starts[lo:lo + _CHUNK]].astype(np.uint64)
-                                @ multipliers)
+    sums = windows[starts[owner] + index * block_size].astype(np.uint64) @ multipliers
     keys = _mix(sums + index.astype(np.uint64) * GOLDEN)
     running = np.cumsum(keys)
-    before = np.where(first_block > 0, running[first_block - 1], np.uint64(0))
-    hashes = running - before[owner]
-    bounds = np.concatenate(([0], np.cumsum(blocks))).tolist()
-    return [hashes[lo:hi] for lo, hi in pairwise(bounds)]
+    before = np.where(first_block > 0, running[np.maximum(first_block - 1, 0)], np.uint64(0))
+    return running - before[owner]
 
 
-_CHUNK = 1 << 16  # blocks hashed at a time
+_CHUNK = 1 << 16  # blocks hashed at a time (their uint64 products stay small)
 
 
 def _token_array(prompts: Sequence[Sequence[int]], lengths: npt.NDArray[np.int64]
@@ -82,45 +103,61 @@ def _token_array(prompts: Sequence[Sequence[int]], lengths: npt.NDArray[np.int64
             np.cumsum(lengths) - lengths)
 
 
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """A run's prompts hashed before the first arrives (``expect_prompts``): prompt ``i`` (by
+    object, ``position``) has the hashes ``hashes[starts[i]:ends[i]]``, the first
+    ``leading[i]`` of them carried by another prompt too; ``shared`` holds those hashes."""
+
+    position: dict[int, int]  # id(prompt) -> i
+    hashes: U64
+    starts: npt.NDArray[np.int64]
+    ends: npt.NDArray[np.int64]
+    leading: npt.NDArray[np.int64]
+    shared: set[int]
+
+    def __contains__(self, prompt: object) -> bool:
+        return id(prompt) in self.position
+
+
 def index_prompts(reqs: Iterable[SimRequest], block_size: int,
-                  known: dict[int, tuple[U64, int]] | None = None) -> None:
+                  known: Expected | None = None) -> None:
     """Give each request its prompt's block hashes (``SimRequest.prompt_hashes``) and how many
-    of them lead with a hash another prompt carries (``n_shared``): from ``known`` (by prompt
-    object, ``expect_prompts``) where it has them; a prompt it lacks counts as all shared."""
-    reqs = list(reqs)
-    known = known or {}
+    of them lead with a hash another prompt carries (``n_shared``): from ``known`` where it has
+    the prompt; a prompt it lacks is hashed here and counts as all shared."""
     missing = []
     for req in reqs:
-        entry = known.get(id(req.prompt_ids))
-        if entry is None:
+        i = known.position.get(id(req.prompt_ids)) if known is not None else None
+        if i is None:
             missing.append(req)
         else:
-            req.prompt_hashes, req.n_shared = entry
+            assert known is not None
+            req.prompt_hashes = known.hashes[known.starts[i]:known.ends[i]]
+            req.n_shared = int(known.leading[i])
     hashes = prompt_block_hashes([r.prompt_ids for r in missing], block_size) if missing else []
     for req, prompt_hashes in zip(missing, hashes, strict=True):
         req.prompt_hashes, req.n_shared = prompt_hashes, len(prompt_hashes)
 
 
-def expect_prompts(prompts: Sequence[Sequence[int]], block_size: int
-                   ) -> tuple[dict[int, tuple[U64, int]], set[int]]:
-    """Every prompt's block hashes with how many of them lead with a shared hash (by prompt
-    object), and the shared hashes: those more than one of ``prompts`` carries (a prompt sent
-    twice appears twice), the only ones a request can find that another put in the cache."""
-    hashes = prompt_block_hashes(prompts, block_size)
-    pooled = np.concatenate(hashes) if hashes else np.empty(0, dtype=np.uint64)
+def expect_prompts(prompts: Sequence[Sequence[int]], block_size: int) -> Expected:
+    """Every prompt's block hashes with how many of them lead with a shared hash, and the
+    shared hashes: those more than one of ``prompts`` carries (a prompt sent twice appears
+    twice), the only ones a request can find that another put in the cache."""
+    pooled, ends = _run_hashes(prompts, block_size)
     ordered = np.sort(pooled)
     # Hashes seen twice or more, once each (sorted, so a run's first; np.unique would import
     # numpy.ma, 7 ms of a 0.5 s process).
     twice = ordered[1:][ordered[1:] == ordered[:-1]]
+    del ordered
     repeated = twice[np.append(True, twice[1:] != twice[:-1])] if twice.size else twice
-    # Leading shared blocks per prompt: up to its first block with a hash of its own.
-    sizes = np.fromiter((len(h) for h in hashes), np.int64, len(hashes))
-    starts = np.cumsum(sizes) - sizes
-    own = np.flatnonzero(~np.isin(pooled, repeated))
-    first_own = np.append(own, len(pooled))[np.searchsorted(own, starts)]
-    leading = np.minimum(first_own - starts, sizes).tolist()
-    known = {id(p): (h, n) for p, h, n in zip(prompts, hashes, leading, strict=True)}
-    return known, set(repeated.tolist())
+    starts = ends - np.diff(ends, prepend=0)
+    leading = np.zeros(len(prompts), dtype=np.int64)
+    if repeated.size:  # leading shared blocks per prompt: up to its first block of its own
+        own = np.flatnonzero(~np.isin(pooled, repeated))
+        first_own = np.append(own, len(pooled))[np.searchsorted(own, starts)]
+        leading = np.minimum(first_own - starts, ends - starts)
+    position = {id(p): i for i, p in enumerate(prompts)}
+    return Expected(position, pooled, starts, ends, leading, set(repeated.tolist()))
 
 
 def hash_chain(req: SimRequest, block_size: int, upto_blocks: int) -> list[int]:

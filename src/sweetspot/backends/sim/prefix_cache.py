@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-import numpy as np
-
-from sweetspot.backends.sim.block_hashes import expect_prompts, hash_chain, index_prompts
+from sweetspot.backends.sim.block_hashes import (
+    Expected,
+    expect_prompts,
+    hash_chain,
+    index_prompts,
+)
 from sweetspot.backends.sim.blocks import PENDING, BlockPool
 from sweetspot.backends.sim.request import SimRequest
 
@@ -32,24 +35,26 @@ class PrefixCache:
         self.pool = BlockPool(num_blocks, caching=caching)
         # From ``expect``: every expected prompt's block hashes (by prompt object), and the
         # hashes more than one prompt carries (None: not known, so every block is registered).
-        self._known: dict[int, tuple[np.ndarray, int]] = {}
+        self._known: Expected | None = None
         self._shared: set[int] | None = None
 
     def expect(self, prompts: Sequence[Sequence[int]]) -> None:
         """Every prompt this scheduler will see, before the first arrives (a copy for each time
         one is sent): hashed at once, and the hashes more than one of them carries noted."""
         if self.caching and prompts:
-            self._known, self._shared = expect_prompts(prompts, self.block_size)
+            self._known = expect_prompts(prompts, self.block_size)
+            self._shared = self._known.shared
 
     def index(self, reqs: Iterable[SimRequest]) -> None:
         """Hash the full prompt blocks of requests about to arrive, all at once."""
         if not self.caching:
             return
         reqs = list(reqs)
-        if self._shared is not None and any(id(r.prompt_ids) not in self._known for r in reqs):
+        known = self._known
+        if known is not None and any(r.prompt_ids not in known for r in reqs):
             # Its blocks may match ones already left without their hashes: the premise is gone.
             raise RuntimeError("a prompt arrived that the scheduler was not told to expect")
-        index_prompts(reqs, self.block_size, self._known)
+        index_prompts(reqs, self.block_size, known)
 
     def register(self, req: SimRequest, computed: int, *, all_of_them: bool = False) -> None:
         """Give the request's full blocks up to ``computed`` tokens their hashes, those only
