@@ -33,10 +33,10 @@ app = typer.Typer(
 )
 
 
-_out = Console(highlight=False, soft_wrap=True)
+_out = Console(highlight=False, soft_wrap=True, emoji=False)
 
 
-_err = Console(stderr=True)
+_err = Console(stderr=True, emoji=False)
 
 
 VersionOpt = Annotated[

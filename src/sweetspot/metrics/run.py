@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweetspot._errors import SweetspotError
-from sweetspot.backends.base import Run
 from sweetspot.backends.records import RequestRecord
-from sweetspot.metrics.prometheus import ServerFacts, compute_server_facts, parse_metrics
 from sweetspot.metrics.serve import BenchResult, compute_result
+
+if TYPE_CHECKING:  # a simulated run's path needs neither (the server's /metrics are real-only)
+    from sweetspot.backends.base import Run
+    from sweetspot.metrics.prometheus import ServerFacts
 
 __all__ = ["BUNCHED_SHARE", "BURST_GAP_S", "Measurement", "bunched_streams", "measure"]
 
@@ -56,6 +58,8 @@ def measure(run: Run, *, percentiles: Sequence[float] = (50, 90, 95, 99),
     server = None
     if run.metrics_before is not None and run.metrics_after is not None:
         try:
+            from sweetspot.metrics.prometheus import compute_server_facts, parse_metrics
+
             server = compute_server_facts(parse_metrics(run.metrics_before),
                                           parse_metrics(run.metrics_after),
                                           [parse_metrics(t) for t in run.metrics_samples])
