@@ -90,9 +90,21 @@ def test_item3_token_budget_changes_prefill_little(outcomes: list[Outcome]) -> N
     assert not off, off
 
 
+def test_item4_a_burst_reaches_the_engine_once_the_api_server_took_it_in(
+        outcomes: list[Outcome]) -> None:
+    """600 requests of 128 tokens in, 4 out, at once (14B and 8B shapes): vLLM 0.24's API
+    server takes the burst in round-robin (~1 ms a request) before any of it reaches the
+    engine, which then prefills 64 prompts a step. Taken in one at a time, the engine started
+    on the first while the rest trickled in: 23 % and 35 % too fast. Within 10 % now."""
+    rows = _own(outcomes, "random 128/4 x600", "request_throughput")
+    assert len(rows) == 2
+    assert all(abs(o.error) <= 0.10 for o in rows), [(o.case_id, o.error) for o in rows]
+
+
 def test_item5_a_fresh_server_without_warm_up(outcomes: list[Outcome]) -> None:
     """500 ShareGPT requests at once on a server that had served nothing, no warm-up: its first
-    step also JIT-compiles (first tokens at 0.82 s, 0.18 s on the warm server)."""
+    step also JIT-compiles (the first request's token at 0.82 s, 0.18 s on the warm server),
+    while the API server takes the rest of the burst in."""
     rows = _own(outcomes, "fresh server", "median_ttft_ms") + _own(
         outcomes, "fresh server", "request_throughput")
     assert all(abs(o.error) <= 0.10 for o in rows), [(o.metric, o.error) for o in rows]

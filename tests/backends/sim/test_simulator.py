@@ -236,6 +236,24 @@ def test_a_burst_of_chat_requests_waits_for_the_api_server_to_take_them_all() ->
     assert completions[-1] < chat[0] / 3
 
 
+def test_a_burst_reaches_the_engine_after_the_api_server_took_it_all_in() -> None:
+    """vLLM's API server runs the handlers of requests that arrive together round-robin: the
+    first request, come alone, reaches the engine after its own intake (2 ms); the other 99
+    only once all of them are taken in (200 ms), together: the engine idles meanwhile, then
+    runs them in one step. The pre-V1 engine's fit keeps one request at a time."""
+    front = LinearStepModel((0.010, 0.0, 0.0, 0.0), request_latency_s=0.0,
+                            request_intake_s=0.002)
+    requests = [req(i, 50, 2) for i in range(100)]  # 99 x 50 tokens: one step's budget
+    run = simulate(setup(), requests, model=front, warmup=0)
+    steps_before = sorted(r.chunk_times_s[0] for r in run.records)
+    assert steps_before[0] == pytest.approx(0.200)  # its token waited behind the intakes
+    assert steps_before[1] == pytest.approx(0.210)  # one step for all 99, once they are in
+    assert steps_before[-1] == pytest.approx(0.210)
+    v0 = dataclasses.replace(setup(max_model_len=8192), version=Version("0.6.3"))
+    one_by_one = simulate(v0, requests, model=front, warmup=0)
+    assert one_by_one.facts.steps > run.facts.steps
+
+
 @pytest.mark.parametrize(("async_scheduling", "ttft"), [(False, 0.040), (True, 0.050)])
 def test_async_scheduling_frees_a_finished_requests_slot_one_pass_late(
         async_scheduling: bool, ttft: float) -> None:

@@ -142,9 +142,12 @@ LEGACY_ROOFLINE = RooflineConstants()
 # 55 us a sequence is the H200 runs' (results-2026-12-02: 256 sequences decode CPU-bound).
 # A fresh server's first step: the first tokens of a 500-request burst with no warm-up came at
 # 0.82 s, of the same burst on the warm server at 0.18 s (both a ~0.33 s step of 8,192 tokens).
+# The API server's intake, 1 ms a request: every burst of 150-600 requests (both H100 hosts)
+# reached the engine 0.5-1.0 s after it was sent, 0.8-1.3 ms a request (``frontend``).
 ROOFLINE = dataclasses.replace(
     LEGACY_ROOFLINE, linear_mfu=0.65, attention_mfu=0.60, weight_bandwidth=0.82,
-    cpu_per_seq_s=55e-6, request_latency_s=8e-3, measured_streaming=True, fresh_start_s=0.6)
+    cpu_per_seq_s=55e-6, request_latency_s=8e-3, request_intake_s=1e-3,
+    measured_streaming=True, fresh_start_s=0.6)
 
 
 def roofline_constants(version: Version) -> RooflineConstants:

@@ -1,14 +1,26 @@
 """The API server in front of the simulated engine: one process with one event loop.
 
-Invariant: the API server does one thing at a time, in the order work became ready. A request
-is ready for it once it has crossed the network (half the round-trip latency after it was
-sent); taking it in (HTTP parsing, request validation, for the chat endpoint rendering the chat
-template and tokenising the text) keeps the server busy for ``intake_s``, and the engine sees
-the request when that is done. An output the engine produced at ``t`` is streamed to the client
-only after every intake that was ready before ``t``: it waits behind them in the event loop. So
-a burst of requests delays every first token until the burst has been taken in, as a real
-server does (gpustack's vLLM 0.11 runs of 1,000 chat requests at once on an H100: mean TTFT
-18-22 s whatever the request, 22.7 s for the whole 128-token run).
+Invariant: the API server does one thing at a time. A request is ready for it once it has
+crossed the network (half the round-trip latency after it was sent). Its event loop runs the
+handlers of the requests ready together round-robin: each handler's first part (HTTP parsing,
+request validation, the engine request's setup: ``intake_s``) runs for every one of them before
+any goes on. An idle server turns to the first request as it comes; the rest of a burst, ready
+by the time that one is taken in, reaches the engine together once the API server has taken
+all of it in (requests that become ready meanwhile form the next round). A chat request then
+renders its chat template and tokenises the text (``render_s``), one request at a time: the
+engine sees each as its rendering ends. An output the engine produced at ``t`` is streamed to
+the client only after every intake that was ready before ``t``: it waits behind them.
+
+Seen on vLLM 0.24 (H100, ``benchmarks/gpu/results-2026-12-07-*``): every burst of 150-600
+requests got no first token (but the first request's) until 0.5-1.0 s after it was sent, then
+a step's worth of first tokens every step (600 of 128 tokens on the 8B shape: 80 by 0.8 s,
+144 by 1.0 s, ... 600 by 2.3 s; simulated so: 65, 128, ... 600 by 2.4 s): the engine had
+nothing to run until the API server had taken the burst in, about 1 ms a request. A chat
+burst on vLLM 0.11 (gpustack, 1,000 chat requests at once on an H100, 22.7 s for the whole
+128-token run) is the rendering: its requests reach the engine one by one.
+
+The pre-V1 engine's cases (vLLM 0.5-0.7, public-cases.md P1-P5) were fitted with each request
+taken in alone (``rounds=False``): their bursts are not measured here, so they keep that.
 
 Offline (``LLM.generate``, ``vllm bench throughput``) there is no API server at all.
 """
@@ -16,6 +28,7 @@ Offline (``LLM.generate``, ``vllm bench throughput``) there is no API server at 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -32,8 +45,11 @@ CHAT_INTAKE_S = 20.5e-3
 class ApiServer:
     """The serial front end of one simulated run (see the module text)."""
 
-    def __init__(self, *, intake_s: float, half_latency_s: float) -> None:
+    def __init__(self, *, intake_s: float, half_latency_s: float, render_s: float = 0.0,
+                 rounds: bool = True) -> None:
         self.intake_s = intake_s
+        self.render_s = render_s
+        self.rounds = rounds  # False: each request taken in alone (the pre-V1 engine's fit)
         self.half_latency_s = half_latency_s
         self._free_s = 0.0  # when the server can take the next request
         self._ready: list[float] = []  # when each intake became ready, in the order taken
@@ -41,13 +57,30 @@ class ApiServer:
 
     def take(self, sent_s: float) -> float:
         """Take a request sent at ``sent_s``; returns when the engine has it."""
-        ready = sent_s + self.half_latency_s
-        start = max(ready, self._free_s)
-        self._free_s = start + self.intake_s
-        if self.intake_s > 0:
-            self._ready.append(ready)
-            self._done.append(self._free_s)
-        return self._free_s
+        return self.take_all([sent_s])[0]
+
+    def take_all(self, sent_s: Sequence[float]) -> list[float]:
+        """Take requests sent at ``sent_s`` (non-decreasing, after any taken before); returns
+        when the engine has each: those ready when the server turns to them, as one round."""
+        ready = [s + self.half_latency_s for s in sent_s]
+        arrivals: list[float] = []
+        i = 0
+        while i < len(ready):
+            start = max(ready[i], self._free_s)
+            # An idle server turns to the first request that comes alone; a busy one takes
+            # every request ready by the time it is free as one round.
+            busy = self._free_s > ready[i]
+            j = bisect_right(ready, start, lo=i) if self.rounds and busy else i + 1
+            done = start + (j - i) * self.intake_s
+            for _ in range(i, j):
+                done += self.render_s
+                arrivals.append(done)
+            self._free_s = done
+            i = j
+        if self.intake_s > 0 or self.render_s > 0:
+            self._ready.extend(ready)
+            self._done.extend(arrivals)
+        return arrivals
 
     def streamed(self, t: float) -> float:
         """When an output the engine produced at ``t`` reaches the client."""

@@ -60,7 +60,7 @@ class EngineLoop:
     def __init__(self, scheduler: Scheduler, model: StepTimeModel, *, async_scheduling: bool,
                  max_model_len: int, max_concurrency: int | None, trace: bool,
                  offline: bool = False, endpoint: str = "completions",
-                 first_step_extra_s: float = 0.0) -> None:
+                 first_step_extra_s: float = 0.0, intake_rounds: bool = True) -> None:
         self.scheduler, self.model = scheduler, model
         # A fresh server's first step also compiles what its start-up did not (cost.py).
         self._first_extra = first_step_extra_s
@@ -68,9 +68,10 @@ class EngineLoop:
         self.max_model_len = max_model_len
         self.limit = max_concurrency
         self.half_latency = 0.0 if offline else model.request_latency_s / 2
-        intake = model.request_intake_s + (CHAT_INTAKE_S if endpoint == "chat" else 0.0)
-        self.api = ApiServer(intake_s=0.0 if offline else intake,
-                             half_latency_s=self.half_latency)
+        render = CHAT_INTAKE_S if endpoint == "chat" else 0.0
+        self.api = ApiServer(intake_s=0.0 if offline else model.request_intake_s,
+                             render_s=0.0 if offline else render,
+                             half_latency_s=self.half_latency, rounds=intake_rounds)
         self.trace = trace
         self.steps = 0
         self.batch_sum = 0
@@ -144,14 +145,19 @@ class EngineLoop:
 
     def _dispatch(self, now: float) -> None:
         """Send held requests while the concurrency limit has room; each reaches the engine
-        once the API server has taken it."""
+        once the API server has taken it (those sent together, in one round)."""
+        sent: list[SimRequest] = []
         while self._pending and (self.limit is None or self._inflight < self.limit):
             req = self._pending.popleft()
             req.sent_s = max(req.scheduled_s, now)
             req.slot_wait_s = req.sent_s - req.scheduled_s
-            req.arrival_s = self.api.take(req.sent_s)
             self._inflight += 1
-            self._upcoming.push(req)
+            sent.append(req)
+        if sent:
+            arrivals = self.api.take_all([req.sent_s for req in sent])
+            for req, arrival in zip(sent, arrivals, strict=True):
+                req.arrival_s = arrival
+                self._upcoming.push(req)
 
     def _release(self, at: float) -> None:
         """A request's answer reached the client at ``at``: its slot sends the next one."""
@@ -206,8 +212,10 @@ class EngineLoop:
             self._close_group()
         if plan.decodes:
             self.dtimes.append(t)
-        for _ in sched.complete(plan, t):
-            self._release(self.api.streamed(t))
+        done = sched.complete(plan, t)
+        if done:  # their answers reach the client together: their slots send the next ones
+            self._inflight -= len(done)
+            self._dispatch(self.api.streamed(t))
         return t
 
     def _close_group(self) -> None:
@@ -225,7 +233,18 @@ class EngineLoop:
                                  self.api.streamed_all(np.asarray(self.dtimes, dtype=np.float64))))
         dtimes.flags.writeable = False
         records: list[RequestRecord] = []
+        streamed = self.api.streamed
         for req in sorted(reqs, key=lambda q: q.rid):
+            pieces = req.pieces
+            if not self._grouped and len(pieces) == 2 and isinstance(pieces[0], float) \
+                    and isinstance(pieces[1], tuple) and pieces[1][2] is None:
+                # The usual request: its prompt's token, then one run of decode steps.
+                start, steps, _ = pieces[1]
+                times = StepTimes(streamed(pieces[0]), dtimes, start, start + steps)
+                records.append(RequestRecord(
+                    req.rid, req.scheduled_s, req.sent_s, times, times.last, req.prompt_len,
+                    1 + steps, req.priority, req.prefix_group, None, req.slot_wait_s))
+                continue
             if req.error is not None:
                 records.append(RequestRecord(
                     req.rid, req.scheduled_s, req.sent_s, (), None, req.prompt_len, 0,

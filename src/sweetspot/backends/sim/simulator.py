@@ -257,7 +257,7 @@ def _run(setup: SimSetup, started: SimStart, requests: Sequence[Request], model:
                      async_scheduling=bool(config.async_scheduling) and not started.v0,
                      max_model_len=config.max_model_len, max_concurrency=limit, trace=keep_trace,
                      offline=setup.offline, endpoint=setup.endpoint,
-                     first_step_extra_s=first_extra)
+                     first_step_extra_s=first_extra, intake_rounds=not started.v0)
 
     warmups = warmup if requests else 0
     scheduler.kv.expect([requests[0].prompt_token_ids] * warmups
