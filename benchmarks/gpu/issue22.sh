@@ -25,6 +25,9 @@
 #   20000/200 closed loop at 4 and 8 (convoy, item 2), a ShareGPT burst with its own seed, the
 #   128/4 burst (the front end, item 4); D2048 and D16384, Qwen3-14B with those token budgets:
 #   random 4000/200 and one 8192-token prompt (prefill by chunk size, item 3).
+# BATCH=3 (start and batch): the third round: C again, bursts for the API server's intake
+#   (item 4; predicted before the run, see RESULTS.md): 128/4 x150, x600 (c04 again) and x1200,
+#   128/1 and 128/64 x600, 512/4 x600.
 # Every run: sweetspot bench --json --detailed (vLLM's keys and every request's times) under
 # /tmp/i22/runs; the servers' logs beside. Results come back as one tarball.
 set -uo pipefail
@@ -162,6 +165,20 @@ batch2() {  # BATCH=2: the second round (2026-12-07): an 8B shape and the prefil
     echo "== batch done $(date -u +%T)"
 }
 
+batch3() {  # BATCH=3: bursts through the API server (2026-12-07, after the intake change)
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    if serve C --max-model-len 32768; then
+        bench e01-128-4-x150 random-128-4 150 --rate inf --seed 11
+        bench e02-128-4-x600 random-128-4 600 --rate inf --seed 12
+        bench e03-128-4-x1200 random-128-4 1200 --rate inf --seed 13
+        bench e04-128-1-x600 random-128-1 600 --rate inf --seed 14
+        bench e05-128-64-x600 random-128-64 600 --rate inf --seed 15
+        bench e06-512-4-x600 random-512-4 600 --rate inf --seed 16
+        stop
+    fi
+    echo "== batch done $(date -u +%T)"
+}
+
 collect() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt"
     cp $D/batch.log "$OUT/" 2> /dev/null
@@ -174,12 +191,12 @@ case "${1:-}" in
     [ -f "$M/model/config.json" ] || python3 -m sweetspot.cli testing make-model "$M" \
         --layers 40 --hidden 5120 --heads 40 --kv-heads 8 --intermediate 17408 \
         --vocab 151936 --max-position 40960 --no-tie-embeddings > /dev/null
-    [ "${BATCH:-1}" = 2 ] && { [ -f "$M8/model/config.json" ] || python3 -m sweetspot.cli \
+    [ "${BATCH:-1}" != 1 ] && { [ -f "$M8/model/config.json" ] || python3 -m sweetspot.cli \
         testing make-model "$M8" --layers 32 --hidden 4096 --heads 32 --kv-heads 8 \
         --intermediate 14336 --vocab 128256 --max-position 131072 --no-tie-embeddings \
         > /dev/null; }
     start_batch ;;
   wait) wait_batch ;;
-  batch) if [ "${BATCH:-1}" = 2 ]; then batch2; else batch; fi ;;
+  batch) case "${BATCH:-1}" in 2) batch2 ;; 3) batch3 ;; *) batch ;; esac ;;
   *) echo "usage: $0 start|wait"; exit 2 ;;
 esac
