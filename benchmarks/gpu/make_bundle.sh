@@ -19,7 +19,7 @@ OUTDIR=$ROOT/.gpu-bundle
 CACHE=$OUTDIR/cache
 BUILD=$OUTDIR/build
 TAR_NAME=sweetspot-gpu-bundle.tar
-PART_SIZE=${PART_SIZE:-50M}  # the working tree (~10 MB) travels with each part: 64 MiB in all
+PART_SIZE=${PART_SIZE:-40M}  # the working tree (~15 MB) travels with each part: 64 MiB in all
 PY=${PYTHON:-python3}
 
 VLLM_WHEEL=vllm-0.24.0-cp38-abi3-manylinux_2_28_x86_64.whl

@@ -35,8 +35,9 @@ import numpy as np
 __all__ = ["CHAT_INTAKE_S", "ENDPOINTS", "ApiServer"]
 
 ENDPOINTS = ("completions", "chat")
-# What a chat request adds to the intake: rendering the model's chat template and tokenising
-# the text (a completions request of token ids needs neither). Fitted to public-cases.md P7's
+# What a chat request adds after its intake, one request at a time (``render_s``): rendering
+# the model's chat template and tokenising the text (a completions request of token ids needs
+# neither). Fitted to public-cases.md P7's
 # 128-in / 4-out run: 1,000 chat requests at once took 22.7 s on vLLM 0.11, 44 req/s, while
 # the engine needed under 10 s for them.
 CHAT_INTAKE_S = 20.5e-3
