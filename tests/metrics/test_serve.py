@@ -292,21 +292,6 @@ def test_public_names_are_exported_and_sorted():
     assert names == sorted(constants) + sorted(classes) + sorted(functions)
 
 
-@pytest.mark.parametrize("slice_size", [1, 3, 7, 1 << 20])
-def test_itls_are_computed_in_place_as_the_gaps_within_requests(monkeypatch, slice_size):
-    from sweetspot.metrics import chunks as module
-
-    monkeypatch.setattr(module, "_SLICE", slice_size)
-    rng = np.random.default_rng(5)
-    counts = rng.integers(1, 6, size=40)
-    chunks = np.cumsum(rng.random(int(counts.sum())))
-    first = np.cumsum(counts) - counts
-    within = np.ones(chunks.size - 1, dtype=bool)
-    within[first[1:] - 1] = False
-    expected = np.diff(chunks)[within]
-    assert np.array_equal(module.gaps_within(chunks.copy(), first), expected)
-
-
 def _as_plain(record: RequestRecord) -> RequestRecord:
     return dataclasses.replace(record, chunk_times_s=tuple(record.chunk_times_s))
 
@@ -339,20 +324,3 @@ def test_simulated_token_times_summarise_as_their_written_out_tuples(kv_mib):
             assert counted[key] == pytest.approx(value, rel=1e-12), key
         else:
             assert counted[key] == value, key
-
-
-@pytest.mark.parametrize("n", [1, 2, 3, 10, 101, 1000])
-def test_sample_statistics_are_numpys_bit_for_bit(n):
-    from sweetspot.metrics.sample import Sample
-
-    rng = np.random.default_rng(n)
-    values = rng.lognormal(-3, 1.5, n)
-    counts = rng.integers(1, 5, n)
-    written = np.repeat(values, counts)
-    qs = [0, 1, 25, 50, 90, 95, 99, 99.9, 100]
-    for sample, plain in ((Sample(values.copy()), values), (Sample(values, counts), written)):
-        assert sample.quantiles(qs).tolist() == np.percentile(plain, qs).tolist()
-        assert sample.median() == np.median(plain)
-        mean, std = sample.mean_std()
-        assert mean == pytest.approx(np.mean(plain), rel=1e-13)
-        assert std == pytest.approx(np.std(plain), rel=1e-12)
