@@ -1,12 +1,14 @@
 """The simulator's predictions for ``issue22.sh`` BATCH=3 (server C: a Llama-3.1-8B shape with
-vLLM 0.24's defaults on an H100): bursts through the API server, written before the run.
+vLLM 0.24's defaults on an H100 or an H200): bursts through the API server, written before
+the run.
 
-    python benchmarks/gpu/i22_predict_round3.py   # -> results-...-round3/predictions.json
+    python benchmarks/gpu/i22_predict_round3.py [h100|h200]   # -> results-...-round3/
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +22,8 @@ from sweetspot.spec.model import load_model
 from sweetspot.spec.requests import sample_requests
 from sweetspot.spec.workload import validate_workload
 
-OUT = Path(__file__).parent / "results-2026-12-07-issue22-h100-round3" / "predictions.json"
+GPU = sys.argv[1] if len(sys.argv) > 1 else "h100"
+OUT = Path(__file__).parent / "results-2026-12-07-issue22-round3" / f"predictions-{GPU}.json"
 # (run, prompt tokens, output tokens, requests, seed): batch3() in issue22.sh
 RUNS = (("e01-128-4-x150", 128, 4, 150, 11), ("e02-128-4-x600", 128, 4, 600, 12),
         ("e03-128-4-x1200", 128, 4, 1200, 13), ("e04-128-1-x600", 128, 1, 600, 14),
@@ -29,7 +32,7 @@ RUNS = (("e01-128-4-x150", 128, 4, 150, 11), ("e02-128-4-x600", 128, 4, 600, 12)
 
 def main() -> None:
     model = load_model("llama-3.1-8b")
-    setup = SimSetup(load_hardware("h100"), model.arch, model.arch.default_quantization(),
+    setup = SimSetup(load_hardware(GPU), model.arch, model.arch.default_quantization(),
                      ServingConfig(max_model_len=32768), Version("0.24.0"))
     out = {}
     for name, prompt, output, n, seed in RUNS:
