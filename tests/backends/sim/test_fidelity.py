@@ -1,6 +1,7 @@
 """The roofline simulator against every published measurement of public-cases.md (P1-P8) and
 sweetspot's own runs (P9, P10: H100, vLLM 0.24, benchmarks/gpu/results-2026-12-07-issue22-h100;
-P11: H200, vLLM 0.24, benchmarks/gpu/results-2026-12-02).
+P11: H200, vLLM 0.24, benchmarks/gpu/results-2026-12-02; P12-P14: H100, measured after the fits,
+results-2026-12-07-issue22-h100-round2 and -round3).
 
 Bounds from issue 22: median absolute error <= 8 % on throughputs and <= 12 % on latencies,
 no case off by more than 1.5x. The item tests below hold the H100 runs each item is about; the
@@ -23,7 +24,7 @@ def outcomes() -> list[Outcome]:
 
 
 def test_every_public_case_is_encoded() -> None:
-    assert [c.case_id for c in CASES] == [f"P{i}" for i in range(1, 14)]
+    assert [c.case_id for c in CASES] == [f"P{i}" for i in range(1, 15)]
 
 
 @pytest.mark.parametrize(("kind", "bound"), [("throughput", 0.08), ("latency", 0.12)])
@@ -39,7 +40,7 @@ def test_no_case_off_by_more_than_1_5x(outcomes: list[Outcome]) -> None:
 
 
 def _own(outcomes: list[Outcome], label_part: str, metric: str) -> list[Outcome]:
-    picked = [o for o in outcomes if o.case_id in ("P9", "P10", "P11", "P12", "P13")
+    picked = [o for o in outcomes if o.case_id in ("P9", "P10", "P11", "P12", "P13", "P14")
               and label_part in o.run
               and o.metric == metric]
     assert picked, (label_part, metric)
@@ -92,13 +93,17 @@ def test_item3_token_budget_changes_prefill_little(outcomes: list[Outcome]) -> N
 
 def test_item4_a_burst_reaches_the_engine_once_the_api_server_took_it_in(
         outcomes: list[Outcome]) -> None:
-    """600 requests of 128 tokens in, 4 out, at once (14B and 8B shapes): vLLM 0.24's API
-    server takes the burst in round-robin (~1 ms a request) before any of it reaches the
-    engine, which then prefills 64 prompts a step. Taken in one at a time, the engine started
-    on the first while the rest trickled in: 23 % and 35 % too fast. Within 10 % now."""
-    rows = _own(outcomes, "random 128/4 x600", "request_throughput")
-    assert len(rows) == 2
-    assert all(abs(o.error) <= 0.10 for o in rows), [(o.case_id, o.error) for o in rows]
+    """Bursts of 128-token prompts, 4 out (P9: 600 on a 14B shape; P12, P14: 150, 600 and 1,200
+    on an 8B shape): vLLM 0.24's API server takes a burst in round-robin (~1 ms a request)
+    before any of it reaches the engine, which then prefills 64 prompts a step. Taken in one at
+    a time, the engine started on the first while the rest trickled in: +23 % and +35 % on P9
+    and P12, +43 %, +32 % and +33 % on P14 (predicted before it ran). Within 15 % now, the
+    600- and 1,200-request ones within 6 %."""
+    rows = _own(outcomes, "random 128/4 x", "request_throughput")
+    assert len(rows) == 5
+    assert all(abs(o.error) <= 0.15 for o in rows), [(o.case_id, o.run, o.error) for o in rows]
+    large = [o for o in rows if not o.run.endswith("x150")]
+    assert all(abs(o.error) <= 0.06 for o in large), [(o.case_id, o.run, o.error) for o in large]
 
 
 def test_item5_a_fresh_server_without_warm_up(outcomes: list[Outcome]) -> None:
