@@ -103,13 +103,15 @@ def _token_array(prompts: Sequence[Sequence[int]], lengths: npt.NDArray[np.int64
             np.cumsum(lengths) - lengths)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Expected:
     """A run's prompts hashed before the first arrives (``expect_prompts``): prompt ``i`` (by
-    object, ``position``) has the hashes ``hashes[starts[i]:ends[i]]``, the first
-    ``leading[i]`` of them carried by another prompt too; ``shared`` holds those hashes."""
+    object) has the hashes ``hashes[starts[i]:ends[i]]``, the first ``leading[i]`` of them
+    carried by another prompt too; ``shared`` holds those hashes. Each prompt is taken as often
+    as it was expected (``take``), after which its entry is gone."""
 
     position: dict[int, int]  # id(prompt) -> i
+    repeats: dict[int, int]  # id(prompt) -> times it is expected beyond the first
     hashes: U64
     starts: npt.NDArray[np.int64]
     ends: npt.NDArray[np.int64]
@@ -119,6 +121,20 @@ class Expected:
     def __contains__(self, prompt: object) -> bool:
         return id(prompt) in self.position
 
+    def take(self, prompt: object) -> int | None:
+        """The prompt's index, counting one of its expected uses; None if it is not expected."""
+        key = id(prompt)
+        i = self.position.get(key)
+        if i is None:
+            return None
+        if self.repeats.get(key):
+            self.repeats[key] -= 1
+        else:
+            del self.position[key]
+            if not self.position:
+                self.position.clear()  # an emptied dict keeps its table until cleared
+        return i
+
 
 def index_prompts(reqs: Iterable[SimRequest], block_size: int,
                   known: Expected | None = None) -> None:
@@ -127,7 +143,7 @@ def index_prompts(reqs: Iterable[SimRequest], block_size: int,
     the prompt; a prompt it lacks is hashed here and counts as all shared."""
     missing = []
     for req in reqs:
-        i = known.position.get(id(req.prompt_ids)) if known is not None else None
+        i = known.take(req.prompt_ids) if known is not None else None
         if i is None:
             missing.append(req)
         else:
@@ -156,8 +172,14 @@ def expect_prompts(prompts: Sequence[Sequence[int]], block_size: int) -> Expecte
         own = np.flatnonzero(~np.isin(pooled, repeated))
         first_own = np.append(own, len(pooled))[np.searchsorted(own, starts)]
         leading = np.minimum(first_own - starts, ends - starts)
-    position = {id(p): i for i, p in enumerate(prompts)}
-    return Expected(position, pooled, starts, ends, leading, set(repeated.tolist()))
+    position: dict[int, int] = {}
+    repeats: dict[int, int] = {}
+    for i, p in enumerate(prompts):
+        key = id(p)
+        if key in position:  # the same prompt object sent again (a warm-up's copy)
+            repeats[key] = repeats.get(key, 0) + 1
+        position[key] = i
+    return Expected(position, repeats, pooled, starts, ends, leading, set(repeated.tolist()))
 
 
 def hash_chain(req: SimRequest, block_size: int, upto_blocks: int) -> list[int]:

@@ -236,6 +236,7 @@ class EngineLoop:
         streamed = self.api.streamed
         for req in sorted(reqs, key=lambda q: q.rid):
             pieces = req.pieces
+            req.pieces = []  # read once, here: its memory goes to the records being made
             if not self._grouped and len(pieces) == 2 and isinstance(pieces[0], float) \
                     and isinstance(pieces[1], tuple) and pieces[1][2] is None:
                 # The usual request: its prompt's token, then one run of decode steps.
@@ -250,19 +251,18 @@ class EngineLoop:
                     req.rid, req.scheduled_s, req.sent_s, (), None, req.prompt_len, 0,
                     req.priority, req.prefix_group, req.error, req.slot_wait_s))
                 continue
-            times, tokens = self._token_times(req, dtimes)
+            times, tokens = self._token_times(req, pieces, dtimes)
             end = times.last if isinstance(times, StepTimes) else times[-1]
             records.append(RequestRecord(
                 req.rid, req.scheduled_s, req.sent_s, times, end, req.prompt_len,
                 tokens, req.priority, req.prefix_group, None, req.slot_wait_s))
         return tuple(records)
 
-    def _token_times(self, req: SimRequest, dtimes: np.ndarray
+    def _token_times(self, req: SimRequest, pieces: list, dtimes: np.ndarray
                      ) -> tuple[StepTimes | tuple[float, ...], int]:
-        """A finished request's token times and output tokens. One that decoded in a single run
-        (no preemption) gets ``StepTimes``: its first token's time and a slice of the decode-step
-        times; any other a tuple."""
-        pieces = req.pieces
+        """A finished request's token times and output tokens from its timeline ``pieces``.
+        One that decoded in a single run (no preemption) gets ``StepTimes``: its first token's
+        time and a slice of the decode-step times; any other a tuple."""
         times: list[float] = []
         tokens = 0
         single_run = not self._grouped and len(pieces) == 2 and isinstance(pieces[0], float)
