@@ -56,10 +56,6 @@ class ApiServer:
         self._ready: list[float] = []  # when each intake became ready, in the order taken
         self._done: list[float] = []  # when each intake was done (non-decreasing)
 
-    def take(self, sent_s: float) -> float:
-        """Take a request sent at ``sent_s``; returns when the engine has it."""
-        return self.take_all([sent_s])[0]
-
     def take_all(self, sent_s: Sequence[float]) -> list[float]:
         """Take requests sent at ``sent_s`` (non-decreasing, after any taken before); returns
         when the engine has each: those ready when the server turns to them, as one round."""

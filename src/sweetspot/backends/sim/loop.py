@@ -233,19 +233,9 @@ class EngineLoop:
                                  self.api.streamed_all(np.asarray(self.dtimes, dtype=np.float64))))
         dtimes.flags.writeable = False
         records: list[RequestRecord] = []
-        streamed = self.api.streamed
         for req in sorted(reqs, key=lambda q: q.rid):
             pieces = req.pieces
             req.pieces = []  # read once, here: its memory goes to the records being made
-            if not self._grouped and len(pieces) == 2 and isinstance(pieces[0], float) \
-                    and isinstance(pieces[1], tuple) and pieces[1][2] is None:
-                # The usual request: its prompt's token, then one run of decode steps.
-                start, steps, _ = pieces[1]
-                times = StepTimes(streamed(pieces[0]), dtimes, start, start + steps)
-                records.append(RequestRecord(
-                    req.rid, req.scheduled_s, req.sent_s, times, times.last, req.prompt_len,
-                    1 + steps, req.priority, req.prefix_group, None, req.slot_wait_s))
-                continue
             if req.error is not None:
                 records.append(RequestRecord(
                     req.rid, req.scheduled_s, req.sent_s, (), None, req.prompt_len, 0,
