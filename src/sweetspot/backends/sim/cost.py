@@ -121,9 +121,6 @@ class RooflineConstants:
     request_intake_s: float = 2e-3
     # Draft-free speculation proposes on the CPU (ngram lookup per sequence).
     ngram_per_seq_s: float = 15e-6
-    # Use the GPU's own measured weight-streaming fraction (``Hardware.weight_streaming``)
-    # where the catalog has one: the same kernels reach a smaller share of a faster memory.
-    measured_streaming: bool = False
     # A fresh server's first step JIT-compiles what its start-up did not (vLLM 0.24 logs
     # "Triton kernel JIT compilation during inference: _compute_slot_mapping_kernel" at its first
     # request); a run with a warm-up request pays it there. 0: not measured for the release.
@@ -146,8 +143,10 @@ LEGACY_ROOFLINE = RooflineConstants()
 # reached the engine 0.5-1.0 s after it was sent, 0.8-1.3 ms a request (``frontend``).
 ROOFLINE = dataclasses.replace(
     LEGACY_ROOFLINE, linear_mfu=0.65, attention_mfu=0.60, weight_bandwidth=0.82,
-    cpu_per_seq_s=55e-6, request_latency_s=8e-3, request_intake_s=1e-3,
-    measured_streaming=True, fresh_start_s=0.6)
+    cpu_per_seq_s=55e-6, request_latency_s=8e-3, request_intake_s=1e-3, fresh_start_s=0.6)
+# The share of its HBM bandwidth the H100 streams weights at with those kernels: what a catalog
+# GPU's own measured share (``Hardware.weight_streaming``, the H200's 0.70) is relative to.
+REFERENCE_STREAMING = ROOFLINE.weight_bandwidth
 
 
 def roofline_constants(version: Version) -> RooflineConstants:
@@ -195,8 +194,11 @@ class RooflineModel:
                           else arch.kv_bytes_per_token("auto", self.tp))
         self._peak = self._linear_peak(hardware, quant)
         streaming = constants.weight_bandwidth
-        if constants.measured_streaming and hardware.weight_streaming is not None:
-            streaming = hardware.weight_streaming
+        if hardware.weight_streaming is not None:
+            # The same kernels reach a smaller share of a faster memory (the SMs' loads in
+            # flight, not the HBM, limit a GEMV): a GPU measured at 0.70 where the H100 reaches
+            # 0.82 streams at 0.70 / 0.82 of the share a release's kernels reach on the H100.
+            streaming *= hardware.weight_streaming / REFERENCE_STREAMING
         self._weight_bw = hardware.bandwidth_bytes_per_s * streaming
         self._draft = None
         if draft is not None:
