@@ -28,6 +28,10 @@
 # BATCH=3 (start and batch): the third round: C again, bursts for the API server's intake
 #   (item 4; predicted before the run, see RESULTS.md): 128/4 x150, x600 (c04 again) and x1200,
 #   128/1 and 128/64 x600, 512/4 x600.
+# BATCH=4 (start and batch): the fourth round (2026-12-07, predicted before the run): C again:
+#   256/256 closed loops of 1, 4 and 16 and ShareGPT-like Poisson at 2 and 4 req/s (small-batch
+#   decode at moderate load on an 8B shape, items 8 and 9), the 128/64 burst again (its stall
+#   and its 600-sequence decode), the 20000/200 closed loop of 4 again (its second-slot TTFT).
 # Every run: sweetspot bench --json --detailed (vLLM's keys and every request's times) under
 # /tmp/i22/runs; the servers' logs beside. Results come back as one tarball.
 set -uo pipefail
@@ -179,6 +183,21 @@ batch3() {  # BATCH=3: bursts through the API server (2026-12-07, after the inta
     echo "== batch done $(date -u +%T)"
 }
 
+batch4() {  # BATCH=4: small-batch decode at moderate load, two runs again (2026-12-07)
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    if serve C --max-model-len 32768; then
+        bench f01-decode-c1 decode-256-256 6 --concurrency 1 --seed 21
+        bench f02-decode-c4 decode-256-256 24 --concurrency 4 --seed 22
+        bench f03-decode-c16 decode-256-256 64 --concurrency 16 --seed 23
+        bench f04-sharegpt-poisson2 sharegpt-228-202 120 --rate 2 --seed 24
+        bench f05-sharegpt-poisson4 sharegpt-228-202 200 --rate 4 --seed 25
+        bench f06-128-64-x600 random-128-64 600 --rate inf --seed 26
+        bench f07-closed-20000-c4 closed-20000-200 24 --concurrency 4 --seed 27
+        stop
+    fi
+    echo "== batch done $(date -u +%T)"
+}
+
 collect() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt"
     cp $D/batch.log "$OUT/" 2> /dev/null
@@ -197,6 +216,6 @@ case "${1:-}" in
         > /dev/null; }
     start_batch ;;
   wait) wait_batch ;;
-  batch) case "${BATCH:-1}" in 2) batch2 ;; 3) batch3 ;; *) batch ;; esac ;;
+  batch) case "${BATCH:-1}" in 2) batch2 ;; 3) batch3 ;; 4) batch4 ;; *) batch ;; esac ;;
   *) echo "usage: $0 start|wait"; exit 2 ;;
 esac
