@@ -35,7 +35,7 @@ class Hardware:
     interconnect_bytes_per_s: float  # per direction, per GPU
     compute_capability: str | None
     # Share of the bandwidth a decode step's weight streaming reaches with vLLM 0.24's
-    # kernels, where measured (None: the H100's, 0.82); other releases' kernels reach the same
+    # kernels, where measured (None: the H100's, 0.88); other releases' kernels reach the same
     # fraction of what they reach on the H100 (``backends/sim/cost.py``).
     weight_streaming: float | None = None
 

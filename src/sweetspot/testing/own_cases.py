@@ -1,6 +1,7 @@
-"""sweetspot's own GPU runs as public cases (P9-P14): vLLM 0.24 on the lent H100 and H200, every
+"""sweetspot's own GPU runs as public cases (P9-P15): vLLM 0.24 on the lent H100 and H200, every
 run's files under ``benchmarks/gpu/``. P12-P14 were measured after the constants were fitted
-to P9-P11; P14 was predicted before it ran."""
+to P9-P11; P14 and P15 were predicted before they ran (P15's closed loops then took part in the
+fit of the weights' share and the per-layer time)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,45 @@ def _p14_runs() -> tuple[Run, ...]:
             (150, 128, 4, 11, 218.33, 594.4), (600, 128, 4, 12, 257.32, 1351.3),
             (1200, 128, 4, 13, 259.33, 2814.1), (600, 128, 1, 14, 265.90, 1454.4),
             (600, 128, 64, 15, 121.69, 1810.4), (600, 512, 4, 16, 80.48, 3908.6)))
+
+
+_OWN_H100_ROUND4 = ("sweetspot's own runs: benchmarks/gpu/results-2026-12-07-issue22-round4 "
+                    "(vLLM 0.24.0, H100 SXM 80GB, Llama-3.1-8B-shaped dummy weights, sweetspot "
+                    "bench --detailed)")
+
+
+def _p15_runs() -> tuple[Run, ...]:
+    """issue22.sh BATCH=4: small-batch decode at moderate load on the 8B shape, and two runs of
+    earlier rounds again on another host (the 128/64 burst of P14, the closed loop of P12)."""
+    runs = [Run(f"256/256 closed loop of {conc}", _fixed(256, 256), num,
+                (Check("output_throughput", tput), Check("median_tpot_ms", tpot)),
+                max_concurrency=conc, seed=seed, fresh=conc == 1)
+            for conc, num, seed, tput, tpot in ((1, 6, 21, 153.26, 6.49), (4, 24, 22, 597.16, 6.57),
+                                                (16, 64, 23, 2182.92, 6.88))]
+    runs += [Run(f"ShareGPT-like Poisson {rate}/s x{n}", _sharegpt_i22(rate), n,
+                 (Check("median_tpot_ms", tpot), Check("median_ttft_ms", ttft)), seed=seed,
+                 fresh=False)
+             for rate, n, seed, tpot, ttft in ((2.0, 120, 24, 6.56, 21.95),
+                                               (4.0, 200, 25, 6.72, 23.76))]
+    runs += [
+        Run("random 128/64 x600 (P14's, another host)", _fixed(128, 64), 600,
+            (Check("request_throughput", 102.28), Check("median_ttft_ms", 1660.57)), seed=26,
+            fresh=False),
+        Run("20000/200 closed loop of 4 (P12's, another host)", _fixed(20000, 200), 24,
+            (Check("request_throughput", 0.9170), Check("median_ttft_ms", 1297.81),
+             Check("median_tpot_ms", 15.84)), max_concurrency=4, seed=27, fresh=False),
+    ]
+    return tuple(runs)
+
+
+def _sharegpt_i22(rate: float) -> WorkloadSpec:
+    """benchmarks/gpu/i22/sharegpt-228-202.json (P7's means) at ``rate`` req/s, as sent."""
+    return validate_workload({
+        "name": "sharegpt-228-202",
+        "prompt": {"kind": "lognormal", "median": 147.58, "sigma": 1.0, "min": 4, "max": 1024},
+        "output": {"kind": "lognormal", "median": 143.58, "sigma": 0.85, "min": 4, "max": 1024},
+        "arrival": {"process": "poisson", "rate": rate},
+    }, "sharegpt-228-202")
 
 
 def _fixed(input_len: int, output_len: int, *, shared: int = 0) -> WorkloadSpec:
@@ -84,7 +124,7 @@ def _p9_runs() -> tuple[Run, ...]:
 
 
 def own_cases() -> tuple[PublicCase, ...]:
-    """P9-P14: sweetspot's own runs on the lent GPUs (P12-P14 measured after the fits)."""
+    """P9-P15: sweetspot's own runs on the lent GPUs (P12-P14 measured after the fits)."""
     return (
         PublicCase("P9", "h100", "qwen3-14b", "0.24.0", ServingConfig(max_model_len=32768),
                    _p9_runs(), vocab_size=32000, source=_OWN_H100,
@@ -115,8 +155,8 @@ def own_cases() -> tuple[PublicCase, ...]:
 
 
 def _held_out_cases() -> tuple[PublicCase, ...]:
-    """P12-P14: our runs measured after P9-P11 fixed the constants (P14 after the intake change,
-    predicted before it ran)."""
+    """P12-P15: our runs measured after P9-P11 fixed the constants (P14 after the intake change,
+    P15 before the per-layer time; both predicted before they ran)."""
     return (
         PublicCase("P12", "h100", "llama-3.1-8b", "0.24.0", ServingConfig(max_model_len=32768), (
             Run("20000/200 closed loop of 4", _fixed(20000, 200), 24,
@@ -153,4 +193,12 @@ def _held_out_cases() -> tuple[PublicCase, ...]:
                           "server, after the bench's warm-up request)",
                           "predicted before the run (predictions-h100.json): a held-out check "
                           "of the API server's round-robin intake")),
+        PublicCase("P15", "h100", "llama-3.1-8b", "0.24.0", ServingConfig(max_model_len=32768),
+                   _p15_runs(), vocab_size=32000, source=_OWN_H100_ROUND4,
+                   notes=("server C of issue22.sh BATCH=4, predicted before the run "
+                          "(predictions-h100.json: decode TPOT 5-6 % fast, as P8's)",
+                          "the closed loops of 1, 4 and 16 then fitted the weights' share and "
+                          "the per-layer time with P9's and P8's; the Poisson runs were not",
+                          "the 128/64 burst ran 16 % slower than on round 3's host (600 "
+                          "sequences decode CPU-bound: ITL 53 against 38 ms)")),
     )

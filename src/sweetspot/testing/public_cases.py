@@ -1,4 +1,4 @@
-"""The published vLLM measurements of ``public-cases.md`` (P1-P8) and our own GPU runs (P9-P14,
+"""The published vLLM measurements of ``public-cases.md`` (P1-P8) and our own GPU runs (P9-P15,
 ``own_cases``), encoded for the simulator.
 
 Each case: GPU, model, vLLM version, launch configuration (the version's defaults where the

@@ -134,18 +134,25 @@ LEGACY_ROOFLINE = RooflineConstants()
 # 768 tokens up, weights streamed at 0.80-0.84 of HBM bandwidth below 64 tokens, causal
 # attention (cuDNN / FlashAttention 3 class) at 0.56-0.62 from 8K tokens. Whole steps of the
 # served model (Qwen3-14B shape, one prompt of 128-24,576 tokens, decode at 1-32 sequences)
-# fit GEMMs at 0.65 (norms, rotary and activations ride on them), weights at 0.82, attention
-# at 0.60; the front end's round trip 8 ms (a 128-token prompt's TTFT is 19.9 ms). The CPU's
-# 55 us a sequence is the H200 runs' (results-2026-12-02: 256 sequences decode CPU-bound).
+# fit GEMMs at 0.65 (norms, rotary and activations ride on them), attention at 0.60. Decode at
+# 1-32 sequences of that model and of a Llama-3.1-8B shape (round 4: TPOT 6.49 ms at one
+# sequence, as the vLLM blog's 6.45 ms, P8) fit the weights streamed at 0.88 of HBM bandwidth
+# beside 30 us a layer (kernel boundaries, where the memory idles: ~3 us each of a layer's ~10
+# kernels), which no share alone fits (14B: 0.82, 8B: 0.78). The front end's round trip 6 ms
+# (a 128-token prompt's TTFT is 19.9 ms on the 14B host, a 256-token one 14.6 ms on the 8B
+# host of round 4). The CPU's 55 us a sequence is the H200 runs' (results-2026-12-02: 256
+# sequences decode CPU-bound; a 600-sequence decode on round 3's H100 host: ~61 us, round 4's
+# ~85 us: the host's CPU sets it).
 # A fresh server's first step: the first tokens of a 500-request burst with no warm-up came at
 # 0.82 s, of the same burst on the warm server at 0.18 s (both a ~0.33 s step of 8,192 tokens).
 # The API server's intake, 1 ms a request: every burst of 150-600 requests (both H100 hosts)
 # reached the engine 0.5-1.0 s after it was sent, 0.8-1.3 ms a request (``frontend``).
 ROOFLINE = dataclasses.replace(
-    LEGACY_ROOFLINE, linear_mfu=0.65, attention_mfu=0.60, weight_bandwidth=0.82,
-    cpu_per_seq_s=55e-6, request_latency_s=8e-3, request_intake_s=1e-3, fresh_start_s=0.6)
+    LEGACY_ROOFLINE, linear_mfu=0.65, attention_mfu=0.60, weight_bandwidth=0.88,
+    per_layer_s=30e-6,
+    cpu_per_seq_s=55e-6, request_latency_s=6e-3, request_intake_s=1e-3, fresh_start_s=0.6)
 # The share of its HBM bandwidth the H100 streams weights at with those kernels: what a catalog
-# GPU's own measured share (``Hardware.weight_streaming``, the H200's 0.70) is relative to.
+# GPU's own measured share (``Hardware.weight_streaming``, the H200's 0.79) is relative to.
 REFERENCE_STREAMING = ROOFLINE.weight_bandwidth
 
 
@@ -196,8 +203,8 @@ class RooflineModel:
         streaming = constants.weight_bandwidth
         if hardware.weight_streaming is not None:
             # The same kernels reach a smaller share of a faster memory (the SMs' loads in
-            # flight, not the HBM, limit a GEMV): a GPU measured at 0.70 where the H100 reaches
-            # 0.82 streams at 0.70 / 0.82 of the share a release's kernels reach on the H100.
+            # flight, not the HBM, limit a GEMV): a GPU measured at 0.79 where the H100 reaches
+            # 0.88 streams at 0.79 / 0.88 of the share a release's kernels reach on the H100.
             streaming *= hardware.weight_streaming / REFERENCE_STREAMING
         self._weight_bw = hardware.bandwidth_bytes_per_s * streaming
         self._draft = None
