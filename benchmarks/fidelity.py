@@ -1,5 +1,5 @@
 """Simulator fidelity against the published measurements of public-cases.md (P1-P8) and our own
-GPU runs (P9-P14).
+GPU runs (P9-P15).
 
 Prints a Markdown table (one row per measured value: prediction, signed error) and the summary
 the issue bounds: median absolute error on throughputs and on latencies, the largest factor off.
