@@ -32,6 +32,12 @@
 #   256/256 closed loops of 1, 4 and 16 and ShareGPT-like Poisson at 2 and 4 req/s (small-batch
 #   decode at moderate load on an 8B shape, items 8 and 9), the 128/64 burst again (its stall
 #   and its 600-sequence decode), the 20000/200 closed loop of 4 again (its second-slot TTFT).
+# BATCH=5 (start and batch): the fifth round (2026-12-07): C with vLLM's per-iteration log
+#   (--enable-logging-iteration-details: each engine step's prefill and decode requests and
+#   tokens, and its time): the 20000/200 closed loop of 4, the 256/256 closed loop of 16, the
+#   128/64 burst and a ShareGPT-like burst again, to see the steps behind P12's and P15's drift,
+#   the CPU-bound 600-sequence decode and a saturated mix. The simulator's predictions are
+#   P12's, P14's and P15's (same lengths; their seeds only change token ids).
 # Every run: sweetspot bench --json --detailed (vLLM's keys and every request's times) under
 # /tmp/i22/runs; the servers' logs beside. Results come back as one tarball.
 set -uo pipefail
@@ -198,6 +204,18 @@ batch4() {  # BATCH=4: small-batch decode at moderate load, two runs again (2026
     echo "== batch done $(date -u +%T)"
 }
 
+batch5() {  # BATCH=5: the same shape with the engine's per-iteration log (2026-12-07)
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    if serve C --max-model-len 32768 --enable-logging-iteration-details; then
+        bench g01-closed-20000-c4 closed-20000-200 24 --concurrency 4 --seed 31
+        bench g02-decode-c16 decode-256-256 64 --concurrency 16 --seed 32
+        bench g03-128-64-x600 random-128-64 600 --rate inf --seed 33
+        bench g04-sharegpt-inf sharegpt-228-202 600 --rate inf --seed 34
+        stop
+    fi
+    echo "== batch done $(date -u +%T)"
+}
+
 collect() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt"
     cp $D/batch.log "$OUT/" 2> /dev/null
@@ -216,6 +234,6 @@ case "${1:-}" in
         > /dev/null; }
     start_batch ;;
   wait) wait_batch ;;
-  batch) case "${BATCH:-1}" in 2) batch2 ;; 3) batch3 ;; 4) batch4 ;; *) batch ;; esac ;;
+  batch) case "${BATCH:-1}" in 2) batch2 ;; 3) batch3 ;; 4) batch4 ;; 5) batch5 ;; *) batch ;; esac ;;
   *) echo "usage: $0 start|wait"; exit 2 ;;
 esac
