@@ -199,6 +199,7 @@ def _held_out_cases() -> tuple[PublicCase, ...]:
                           "(predictions-h100.json: decode TPOT 5-6 % fast, as P8's)",
                           "the closed loops of 1, 4 and 16 then fitted the weights' share and "
                           "the per-layer time with P9's and P8's; the Poisson runs were not",
-                          "the 128/64 burst ran 16 % slower than on round 3's host (600 "
-                          "sequences decode CPU-bound: ITL 53 against 38 ms)")),
+                          "the 128/64 burst ran 16 % slower than on round 3's host: the host's "
+                          "CPU paces a 600-sequence decode (ITL 53 against 38 ms; round 5's step "
+                          "log puts that pace in the API process)")),
     )

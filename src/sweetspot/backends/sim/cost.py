@@ -142,7 +142,8 @@ LEGACY_ROOFLINE = RooflineConstants()
 # (a 128-token prompt's TTFT is 19.9 ms on the 14B host, a 256-token one 14.6 ms on the 8B
 # host of round 4). The CPU's 55 us a sequence is the H200 runs' (results-2026-12-02: 256
 # sequences decode CPU-bound; a 600-sequence decode on round 3's H100 host: ~61 us, round 4's
-# ~85 us: the host's CPU sets it).
+# ~85 us: the host's CPU sets it, and round 5's step log puts that pace in the API process's
+# outputs, not the engine: RESULTS.md, "round 5").
 # A fresh server's first step: the first tokens of a 500-request burst with no warm-up came at
 # 0.82 s, of the same burst on the warm server at 0.18 s (both a ~0.33 s step of 8,192 tokens).
 # The API server's intake, 1 ms a request: every burst of 150-600 requests (both H100 hosts)
